@@ -1,0 +1,53 @@
+# metalslurm: the two commands are 'make up' (local cluster) and 'make test'.
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+STACK ?= Pulumi.local.yaml
+APT_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client python3-venv tar
+HOST_TOOLS := podman runc debootstrap ssh ssh-keygen
+
+.PHONY: deps host-deps up down status test lint unit e2e bench clean
+
+deps: host-deps $(VENV)/.installed
+
+host-deps:
+	@missing=""; for t in $(HOST_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing host packages (missing:$$missing)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+up: deps
+	$(BIN)/metalslurm local up --stack $(STACK)
+
+down: deps
+	$(BIN)/metalslurm local down --stack $(STACK)
+
+status: deps
+	$(BIN)/metalslurm local status --stack $(STACK)
+
+lint: deps
+	$(BIN)/ruff check infra tests bench roles ansible __main__.py
+	$(BIN)/mypy
+	$(BIN)/yamllint --strict .
+	cd ansible && ../$(BIN)/ansible-lint --offline
+
+unit: deps
+	$(BIN)/pytest tests/unit
+
+e2e: deps
+	$(BIN)/pytest tests/e2e
+
+test: lint unit e2e
+
+bench: deps
+	$(BIN)/python bench/bench_up.py
+
+clean:
+	rm -rf $(VENV) .metalslurm

@@ -1,0 +1,126 @@
+"""Jinja filters for the metalslurm roles.
+
+Thin adapters: the logic lives in the ``infra`` package (unit-tested there) so the
+operator-side Python and the playbook apply the same rules and render the same files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from infra import inventory, slurmconf
+except ImportError:  # running ansible-playbook from a checkout without 'pip install -e .'
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from infra import inventory, slurmconf
+
+
+def _hostvar(hostvars: Any, host: str, key: str, default: Any = None) -> Any:
+    try:
+        value = hostvars[host][key]
+    except (KeyError, TypeError):
+        return default
+    if type(value).__name__ == "AnsibleUndefined":
+        return default
+    return value
+
+
+def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]:
+    """The inventory contract's broken rules, one sentence each (empty list = valid)."""
+    keys = ("metalslurm_address", "metalslurm_private_cidr", "metalslurm_gpu_count",
+            "metalslurm_gpu_type", "metalslurm_node_state", "metalslurm_partitions")
+    names = {h for g in inventory.GROUPS for h in groups.get(g, [])}
+    view_hostvars = {h: {k: _hostvar(hostvars, h, k) for k in keys
+                         if _hostvar(hostvars, h, k) is not None} for h in names}
+    view = {"groups": {g: list(groups.get(g, [])) for g in inventory.GROUPS},
+            "hostvars": view_hostvars}
+    return inventory.inventory_problems(view)
+
+
+def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3) -> list[dict]:
+    """NodeName records for slurm.conf from inventory vars and gathered facts."""
+    records = []
+    for h in hosts:
+        def fact(name: str, host: str = h) -> Any:
+            value = _hostvar(hostvars, host, name)
+            if value is None:
+                raise AnsibleFilterError(
+                    f"slurm.conf needs fact {name} of compute host {host}: run the whole "
+                    "playbook (facts are gathered on every node) or set it in "
+                    "metalslurm_node_options")
+            return value
+        options = dict(_hostvar(hostvars, h, "metalslurm_node_options", {}) or {})
+        record: dict[str, Any] = {"NodeName": h}
+        if not {"CPUs", "Sockets", "RealMemory"} <= options.keys():
+            record.update({
+                "Sockets": int(fact("ansible_processor_count")),
+                "CoresPerSocket": int(fact("ansible_processor_cores")),
+                "ThreadsPerCore": int(fact("ansible_processor_threads_per_core")),
+                "RealMemory": int(fact("ansible_memtotal_mb")) * (100 - memory_reserve_percent)
+                // 100,
+            })
+        gpus = int(_hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        if gpus:
+            record["Gres"] = f"gpu:{_hostvar(hostvars, h, 'metalslurm_gpu_type')}:{gpus}"
+        state = _hostvar(hostvars, h, "metalslurm_node_state", "static")
+        record["State"] = "CLOUD" if state == "cloud" else "UNKNOWN"
+        record.update(options)
+        records.append(record)
+    return records
+
+
+def gres_records(hosts: list[str], hostvars: Any) -> list[dict]:
+    """gres.conf records (one per GPU node; grouped into hostlists when rendered)."""
+    records = []
+    for h in hosts:
+        gpus = int(_hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        if gpus:
+            records.append({"NodeName": h, "Name": "gpu",
+                            "Type": _hostvar(hostvars, h, "metalslurm_gpu_type"),
+                            "File": slurmconf.gpu_device_files(gpus)})
+    return records
+
+
+def partition_records(partitions: list[dict], options: dict | None = None) -> list[dict]:
+    """PartitionName records from the inventory's metalslurm_partitions list."""
+    records = []
+    for part in partitions:
+        record = {"PartitionName": part["name"], "Nodes": list(part["nodes"]),
+                  "Default": bool(part.get("default", False)),
+                  "MaxTime": part.get("max_time", "UNLIMITED"), "State": "UP"}
+        record.update(dict(options or {}))
+        record.update(part.get("options") or {})
+        records.append(record)
+    return records
+
+
+def slurm_records(records: list[dict], first_key: str) -> list[str]:
+    """Records rendered one line per identical attribute set (see slurmconf.grouped_lines)."""
+    return slurmconf.grouped_lines(first_key, records)
+
+
+def _wrap(func):
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except slurmconf.SlurmConfError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+    return wrapper
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "metalslurm_inventory_problems": inventory_problems,
+            "metalslurm_slurm_nodes": _wrap(slurm_nodes),
+            "metalslurm_gres_records": _wrap(gres_records),
+            "metalslurm_partition_records": _wrap(partition_records),
+            "metalslurm_slurm_settings": _wrap(slurmconf.settings_lines),
+            "metalslurm_slurm_records": _wrap(slurm_records),
+            "metalslurm_partition_lines": _wrap(slurmconf.partition_lines),
+            "metalslurm_hostlist": _wrap(slurmconf.compress_hostlist),
+        }

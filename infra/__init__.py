@@ -1,0 +1,1 @@
+"""metalslurm: bare-metal GPU servers to a Slurm cluster, as code."""

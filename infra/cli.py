@@ -1,0 +1,206 @@
+"""``metalslurm``: the operator command line.
+
+Everything here is also possible with the plain tools (pulumi, ansible-playbook,
+pytest); the CLI adds progress output and timings, never hidden behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from infra.config import ConfigError, load_stack_file
+from infra.inventory import InventoryError
+
+DEFAULT_STACK = Path("Pulumi.local.yaml")
+EXIT_CONFIG = 2
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+@contextmanager
+def phase(name: str, timings: dict[str, float]) -> Iterator[None]:
+    say(f"==> {name}")
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[name] = time.monotonic() - start
+        say(f"<== {name}: {timings[name]:.1f} s")
+
+
+def stack_name(stack_file: Path) -> str:
+    """``Pulumi.local.yaml`` -> ``local`` (Pulumi's own naming)."""
+    name = stack_file.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi."):].rsplit(".", 1)[0]
+    return stack_file.stem
+
+
+def state_dir_for(stack_file: Path) -> Path:
+    return Path(".metalslurm") / stack_name(stack_file)
+
+
+def _local_cluster(stack_file: Path):
+    from infra.providers.local import LocalCluster
+
+    cfg = load_stack_file(stack_file)
+    if cfg.provider != "local":
+        raise ConfigError([f"metalslurm:provider is {cfg.provider!r}; 'metalslurm local' "
+                           "needs provider: local"], str(stack_file))
+    return LocalCluster(cfg=cfg, state_dir=state_dir_for(stack_file), log=say)
+
+
+def cmd_local_up(args: argparse.Namespace) -> int:
+    from infra.configure import print_summary, run_playbook
+    from infra.providers.images import ensure_image
+    from infra.verify import run_verify
+
+    cluster = _local_cluster(args.stack)  # config errors stop here, before anything exists
+    cluster.preflight()
+    timings: dict[str, float] = {}
+    cfg = cluster.cfg
+    with phase("image", timings):
+        image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
+    with phase("nodes", timings):
+        inventory = cluster.provision(image)
+        for row in cluster.status():
+            say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")
+        say(f"    inventory: {inventory}")
+    rc = 0
+    if not args.no_configure:
+        with phase("configure", timings):
+            result = run_playbook(inventory, out=say if args.verbose else (lambda _m: None))
+            print_summary(result, out=say)
+        rc = result.rc
+        if rc == 0 and not args.no_verify:
+            with phase("verify", timings):
+                rc = run_verify(inventory, out=say)
+    total = sum(timings.values())
+    say("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+        + f", total {total:.1f} s")
+    if rc != 0:
+        say("local up did not complete; fix the problem above and run it again "
+            "(every step is safe to repeat)")
+    return rc
+
+
+def cmd_local_down(args: argparse.Namespace) -> int:
+    cluster = _local_cluster(args.stack)
+    removed = cluster.destroy()
+    say(f"removed {removed} node container(s) of cluster {cluster.cfg.cluster_name}")
+    return 0
+
+
+def cmd_local_status(args: argparse.Namespace) -> int:
+    cluster = _local_cluster(args.stack)
+    rows = cluster.status()
+    say(f"{'node':<12} {'groups':<26} {'address':<15} {'gpus':<9} {'container':<28} state")
+    for r in rows:
+        say(f"{r['node']:<12} {r['groups']:<26} {r['address']:<15} {r['gpus']:<9} "
+            f"{r['container']:<28} {r['state']}")
+    return 0 if all(r["state"] == "running" for r in rows) else 1
+
+
+def cmd_local_exec(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        say("usage: metalslurm local exec NODE -- COMMAND [ARGS...]")
+        return EXIT_CONFIG
+    cluster = _local_cluster(args.stack)
+    return cluster.exec(args.node, command, interactive=sys.stdin.isatty())
+
+
+def cmd_configure(args: argparse.Namespace) -> int:
+    from infra.configure import print_summary, run_playbook
+
+    result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
+                          verbosity=args.verbose, out=say)
+    print_summary(result, out=say)
+    return result.rc
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from infra.verify import run_verify
+
+    return run_verify(args.inventory, out=say)
+
+
+def cmd_config_validate(args: argparse.Namespace) -> int:
+    cfg = load_stack_file(args.stack_file)
+    pools = ", ".join(f"{p.name}: {p.count} x {p.gpu_count or 'no'} {p.gpu_type or ''} GPUs"
+                      .rstrip() for p in cfg.compute_pools)
+    say(f"{args.stack_file}: valid. cluster {cfg.cluster_name}, provider {cfg.provider}, "
+        f"os {cfg.os}, network {cfg.private_cidr}, controller {cfg.controller_name}, "
+        f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metalslurm", description="metalslurm: the operator command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    local = sub.add_parser("local", help="the local cluster of podman nodes")
+    local_sub = local.add_subparsers(dest="local_command", required=True)
+    stack_help = f"stack config file (default {DEFAULT_STACK})"
+    up = local_sub.add_parser("up", help="build, configure and verify the local cluster")
+    up.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
+    up.add_argument("--no-configure", action="store_true", help="only create the nodes")
+    up.add_argument("--no-verify", action="store_true", help="skip the testinfra suite")
+    up.add_argument("-v", "--verbose", action="store_true", help="print every changed task")
+    up.set_defaults(func=cmd_local_up)
+    down = local_sub.add_parser("down", help="remove the local cluster")
+    down.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
+    down.set_defaults(func=cmd_local_down)
+    status = local_sub.add_parser("status", help="list the nodes and their state")
+    status.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
+    status.set_defaults(func=cmd_local_status)
+    ex = local_sub.add_parser("exec", help="run a command on a node: exec NODE -- CMD")
+    ex.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
+    ex.add_argument("node")
+    ex.add_argument("command", nargs=argparse.REMAINDER)
+    ex.set_defaults(func=cmd_local_exec)
+
+    conf = sub.add_parser("configure", help="run ansible/site.yml against an inventory")
+    conf.add_argument("-i", "--inventory", required=True, type=Path)
+    conf.add_argument("--limit")
+    conf.add_argument("--tags")
+    conf.add_argument("--check", action="store_true", help="Ansible check mode")
+    conf.add_argument("-v", "--verbose", action="count", default=0)
+    conf.set_defaults(func=cmd_configure)
+
+    ver = sub.add_parser("verify", help="run the testinfra suite against an inventory")
+    ver.add_argument("-i", "--inventory", required=True, type=Path)
+    ver.set_defaults(func=cmd_verify)
+
+    config = sub.add_parser("config", help="stack config tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    validate = config_sub.add_parser("validate", help="check a stack config file")
+    validate.add_argument("stack_file", type=Path)
+    validate.set_defaults(func=cmd_config_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        say(f"error: {exc}")
+        return EXIT_CONFIG
+    except (FileNotFoundError, InventoryError) as exc:
+        say(f"error: {exc}")
+        return EXIT_CONFIG
+    except RuntimeError as exc:  # provider, podman and image errors carry a usable message
+        say(f"error: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

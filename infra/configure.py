@@ -1,0 +1,164 @@
+"""Run ansible/site.yml through ansible-runner with per-host progress and a timing summary.
+
+Same playbook, same inventory as ``ansible-playbook -i INVENTORY ansible/site.yml``;
+this only adds compact progress output and a result object the tests can read
+(the number of changed tasks, per host).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ANSIBLE_DIR = REPO_ROOT / "ansible"
+
+
+@dataclass
+class ConfigureResult:
+    rc: int
+    status: str
+    seconds: float
+    stats: dict[str, dict[str, int]]
+    changed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    slowest: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def changed(self) -> int:
+        return sum(self.stats.get("changed", {}).values())
+
+
+class _Progress:
+    """Turns ansible-runner events into one line per task and per problem."""
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self.out = out
+        self.task_started: dict[str, float] = {}
+        self.task_seconds: dict[str, float] = defaultdict(float)
+        self.changed: list[tuple[str, str]] = []
+        self.failures: list[str] = []
+        self.start = time.monotonic()
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        task = data.get("task") or ""
+        host = data.get("host") or ""
+        elapsed = time.monotonic() - self.start
+        if kind == "playbook_on_play_start":
+            self.out(f"[{elapsed:6.1f}s] PLAY {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            self.task_started[data.get("task_uuid", task)] = time.monotonic()
+        elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                      "runner_on_skipped"):
+            uuid = data.get("task_uuid", task)
+            if uuid in self.task_started:
+                self.task_seconds[task] = max(self.task_seconds[task],
+                                              time.monotonic() - self.task_started[uuid])
+            res = data.get("res") or {}
+            if kind == "runner_on_ok" and res.get("changed"):
+                self.changed.append((host, task))
+                self.out(f"[{elapsed:6.1f}s]   changed  {host}: {task}")
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                msg = str(res.get("msg") or res.get("stderr") or res)[:800]
+                self.failures.append(f"{host}: {task}: {msg}")
+                self.out(f"[{elapsed:6.1f}s]   FAILED   {host}: {task}: {msg}")
+            elif kind == "runner_on_unreachable":
+                msg = str(res.get("msg") or res)[:400]
+                self.failures.append(f"{host}: unreachable: {msg}")
+                self.out(f"[{elapsed:6.1f}s]   UNREACHABLE {host}: {msg}")
+        return True
+
+
+def venv_on_path() -> None:
+    """ansible-runner and testinfra call ansible-* by name: use this interpreter's."""
+    bindir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def run_playbook(inventory: str | Path, *, limit: str | None = None,
+                 tags: str | None = None, check: bool = False, verbosity: int = 0,
+                 extra_vars: dict[str, Any] | None = None,
+                 out: Callable[[str], None] = print) -> ConfigureResult:
+    """Run the site playbook against ``inventory``; never raises for a failed play."""
+    import ansible_runner  # imported here: it is slow to import and only needed here
+
+    inventory = Path(inventory).resolve()
+    venv_on_path()
+    if not inventory.exists():
+        raise FileNotFoundError(f"inventory {inventory} does not exist")
+    progress = _Progress(out)
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if tags:
+        cmdline += ["--tags", tags]
+    private = Path(tempfile.mkdtemp(prefix="metalslurm-runner-"))
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(ANSIBLE_DIR),
+            playbook="site.yml",
+            inventory=str(inventory),
+            limit=limit,
+            cmdline=" ".join(cmdline) or None,
+            extravars=extra_vars or {},
+            verbosity=verbosity,
+            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+                     "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+                     "ANSIBLE_FORCE_COLOR": "0"},
+            event_handler=progress,
+            quiet=True,
+            suppress_env_files=True,
+        )
+        stats = runner.stats or {}
+        rc = runner.rc
+        status = runner.status
+        if rc != 0 and not progress.failures:
+            tail = runner.stdout.read()[-3000:] if runner.stdout else ""
+            progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    result = ConfigureResult(
+        rc=rc, status=status, seconds=time.monotonic() - progress.start,
+        stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
+        changed_tasks=progress.changed, failures=progress.failures,
+        slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
+    return result
+
+
+def summary_lines(result: ConfigureResult) -> list[str]:
+    hosts = sorted({h for per_host in result.stats.values() for h in per_host})
+    lines = [f"{'host':<20} {'ok':>5} {'changed':>8} {'failed':>7} {'unreachable':>12}"]
+    for h in hosts:
+        def n(key: str, host: str = h) -> int:
+            return result.stats.get(key, {}).get(host, 0)
+        lines.append(f"{h:<20} {n('ok'):>5} {n('changed'):>8} {n('failures'):>7} "
+                     f"{n('dark'):>12}")
+    lines.append(f"configure {result.status} in {result.seconds:.1f} s, "
+                 f"{result.changed} changed task(s)")
+    if result.slowest:
+        lines.append("slowest tasks: " + "; ".join(f"{t} {s:.1f}s" for s, t in result.slowest))
+    return lines
+
+
+def print_summary(result: ConfigureResult, out: Callable[[str], None] = print) -> None:
+    for line in summary_lines(result):
+        out(line)
+    for failure in result.failures:
+        out(f"FAILED: {failure}")
+    sys.stdout.flush()

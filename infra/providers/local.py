@@ -1,0 +1,274 @@
+"""The local provider: a cluster of privileged systemd containers on one podman network.
+
+The podman network is the cluster's private subnet; every node is a container running
+systemd and sshd, reached by Ansible and testinfra over SSH exactly as a real node is.
+GPU nodes get fake ``/dev/nvidia*`` device nodes (created at boot by a unit in the
+image), so Slurm's GRES scheduling and device cgroups are real.
+
+The functions here are shared by ``metalslurm local up`` and (later) the Pulumi
+``local`` stack: one implementation, two drivers.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config import ClusterConfig
+from infra.inventory import NodeSpec, build_inventory
+from infra.providers.podman import PodmanError, containers, networks, podman
+
+CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
+LABEL = "metalslurm.cluster"
+SSH_WAIT_SECONDS = 90
+ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's hard limits
+
+
+class LocalProviderError(RuntimeError):
+    pass
+
+
+def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
+    """Controller first, then every compute node, with addresses in the private subnet."""
+    hosts = list(cfg.private_cidr.hosts())
+    specs = [NodeSpec(name=cfg.controller_name, address=str(hosts[CONTROLLER_HOST_INDEX - 1]),
+                      groups=("slurm_controller", "slurmdbd"))]
+    index = CONTROLLER_HOST_INDEX
+    for pool in cfg.compute_pools:
+        for name in pool.node_names():
+            specs.append(NodeSpec(
+                name=name, address=str(hosts[index]), groups=("slurm_compute",),
+                gpu_type=pool.gpu_type, gpu_count=pool.gpu_count, node_state="static",
+                power={"driver": "local", "container": container_name(cfg, name)}))
+            index += 1
+    return specs
+
+
+def container_name(cfg: ClusterConfig, node: str) -> str:
+    return f"{cfg.cluster_name}-{node}"
+
+
+def network_name(cfg: ClusterConfig) -> str:
+    return f"{cfg.cluster_name}-net"
+
+
+def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
+    """The ``all`` vars of the inventory (provider-independent part)."""
+    compute = [s.name for s in specs if "slurm_compute" in s.groups]
+    pool_of = {n: p.name for p in cfg.compute_pools for n in p.node_names()}
+    partitions = []
+    for part in cfg.partitions:
+        nodes = [n for n in compute if not part.pools or pool_of[n] in part.pools]
+        partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
+                           "max_time": part.max_time, "options": dict(part.options)})
+    return {
+        "metalslurm_cluster_name": cfg.cluster_name,
+        "metalslurm_provider": cfg.provider,
+        "metalslurm_private_cidr": str(cfg.private_cidr),
+        "metalslurm_os": cfg.os,
+        "metalslurm_shared_storage": "none",
+        "metalslurm_partitions": partitions,
+        "metalslurm_slurm_conf": dict(cfg.slurm_conf),
+    }
+
+
+@dataclass
+class LocalCluster:
+    cfg: ClusterConfig
+    state_dir: Path
+    log: Callable[[str], None] = print
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.state_dir / "inventory.yml"
+
+    @property
+    def ssh_key(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def munge_key_file(self) -> Path:
+        return self.state_dir / "secrets" / "munge.key.b64"
+
+    def specs(self) -> list[NodeSpec]:
+        return node_specs(self.cfg)
+
+    # ---- checks that run before anything is created ---------------------------------
+
+    def preflight(self) -> None:
+        """Fail, before creating anything, on what would break half-way."""
+        for tool in ("podman", "runc", "ssh", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                raise LocalProviderError(f"{tool} is not installed: run 'make deps'")
+        if os.geteuid() != 0:
+            raise LocalProviderError("the local cluster needs root (privileged podman containers)")
+        want = self.cfg.private_cidr
+        for net in networks():
+            for sub in net.get("subnets") or []:
+                try:
+                    theirs = ipaddress.ip_network(sub["subnet"])
+                except (KeyError, ValueError):
+                    continue
+                if net["name"] == network_name(self.cfg):
+                    if theirs != want:
+                        raise LocalProviderError(
+                            f"podman network {net['name']} exists with subnet {theirs}, the "
+                            f"config says {want}: run 'metalslurm local down' first")
+                elif theirs.overlaps(want):
+                    raise LocalProviderError(
+                        f"metalslurm:privateCidr {want} overlaps podman network {net['name']} "
+                        f"({theirs}); choose another range")
+
+    # ---- provisioning ------------------------------------------------------------------
+
+    def ensure_secrets(self) -> None:
+        """SSH key and munge key for this cluster, generated once, readable by root only."""
+        for d in (self.ssh_key.parent, self.munge_key_file.parent):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(0o700)
+        if not self.ssh_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                            f"metalslurm-{self.cfg.cluster_name}", "-f", str(self.ssh_key)],
+                           check=True)
+        if not self.munge_key_file.exists():
+            fd = os.open(self.munge_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(base64.b64encode(secrets.token_bytes(1024)).decode() + "\n")
+
+    def ensure_network(self) -> None:
+        name = network_name(self.cfg)
+        if podman("network", "exists", name, check=False).returncode == 0:
+            return
+        gateway = next(self.cfg.private_cidr.hosts())
+        podman("network", "create", "--subnet", str(self.cfg.private_cidr), "--gateway",
+               str(gateway), "--label", f"{LABEL}={self.cfg.cluster_name}", name)
+
+    def _node_dir(self, node: str) -> Path:
+        return self.state_dir / "nodes" / node
+
+    def create_node(self, spec: NodeSpec, image: str) -> None:
+        """Start one node container (or leave a running one as it is)."""
+        name = container_name(self.cfg, spec.name)
+        found = containers([f"{LABEL}={self.cfg.cluster_name}", f"metalslurm.node={spec.name}"])
+        if found:
+            if found[0].get("State") != "running":
+                podman("start", name)
+            return
+        node_dir = self._node_dir(spec.name)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        (node_dir / "node.env").write_text(f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n")
+        shutil.copy(self.ssh_key.with_suffix(".pub"), node_dir / "authorized_keys")
+        args = ["--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
+                "--name", name, "--hostname", spec.name, "--no-hosts",
+                "--network", network_name(self.cfg), "--ip", spec.address,
+                "--label", f"{LABEL}={self.cfg.cluster_name}",
+                "--label", f"metalslurm.node={spec.name}",
+                "--label", f"metalslurm.groups={','.join(spec.groups)}",
+                "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro"]
+        for limit in ULIMITS:
+            args += ["--ulimit", limit]
+        podman(*args, image, "/sbin/init")
+
+    def wait_for_ssh(self, spec: NodeSpec) -> str:
+        """Wait until sshd answers; return the node's known_hosts line."""
+        name = container_name(self.cfg, spec.name)
+        deadline = time.monotonic() + SSH_WAIT_SECONDS
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((spec.address, 22), timeout=2):
+                    pass
+                key = podman("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
+                key_type, key_data = key.split()[:2]
+                return f"{spec.name},{spec.address} {key_type} {key_data}"
+            except (OSError, PodmanError, ValueError) as exc:
+                last = str(exc)
+                time.sleep(0.5)
+        raise LocalProviderError(f"node {spec.name} ({spec.address}): sshd did not answer in "
+                                 f"{SSH_WAIT_SECONDS} s ({last}); see 'podman logs {name}'")
+
+    def provision(self, image: str) -> Path:
+        """Create network and nodes (in parallel) and write the inventory. Safe to re-run."""
+        specs = self.specs()
+        self.ensure_secrets()
+        self.ensure_network()
+        with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+            list(pool.map(lambda s: self.create_node(s, image), specs))
+            lines = list(pool.map(self.wait_for_ssh, specs))
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+        self.write_inventory(specs)
+        return self.inventory_path
+
+    def connection_vars(self) -> dict[str, Any]:
+        return {
+            "ansible_user": "root",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_private_key_file": str(self.ssh_key.resolve()),
+            "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts.resolve()} "
+                                        "-o StrictHostKeyChecking=yes"),
+            # Operator-side file with the base64 munge key; the key itself is never
+            # written into the inventory.
+            "munge_key_b64_file": str(self.munge_key_file.resolve()),
+        }
+
+    def write_inventory(self, specs: list[NodeSpec]) -> None:
+        all_vars = cluster_vars(self.cfg, specs)
+        all_vars.update(self.connection_vars())
+        inventory = build_inventory(specs, all_vars)
+        header = (f"# Written by 'metalslurm local up' for cluster {self.cfg.cluster_name}.\n"
+                  "# Regenerated on every 'up'; edit the stack config instead.\n")
+        self.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+
+    # ---- teardown and status -----------------------------------------------------------
+
+    def destroy(self) -> int:
+        """Remove every container and the network of this cluster, and its state dir."""
+        found = containers([f"{LABEL}={self.cfg.cluster_name}"])
+        names = [c["Names"][0] for c in found]
+        if names:
+            podman("rm", "-f", "-t", "2", *names, timeout=180)
+        if podman("network", "exists", network_name(self.cfg), check=False).returncode == 0:
+            podman("network", "rm", "-f", network_name(self.cfg))
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        return len(names)
+
+    def status(self) -> list[dict[str, str]]:
+        rows = []
+        by_node = {c["Labels"].get("metalslurm.node"): c
+                   for c in containers([f"{LABEL}={self.cfg.cluster_name}"])}
+        for spec in self.specs():
+            c = by_node.get(spec.name)
+            rows.append({"node": spec.name, "groups": ",".join(spec.groups),
+                         "address": spec.address,
+                         "gpus": f"{spec.gpu_count}x{spec.gpu_type}" if spec.gpu_count else "-",
+                         "container": container_name(self.cfg, spec.name),
+                         "state": c.get("State", "?") if c else "absent"})
+        return rows
+
+    def exec(self, node: str, command: list[str], interactive: bool = False) -> int:
+        if node not in {s.name for s in self.specs()}:
+            raise LocalProviderError(f"no node {node!r} in cluster {self.cfg.cluster_name}; "
+                                     f"nodes: {', '.join(s.name for s in self.specs())}")
+        args = ["podman", "exec"]
+        if interactive:
+            args.append("-it")
+        args += [container_name(self.cfg, node), *command]
+        return subprocess.run(args, check=False).returncode

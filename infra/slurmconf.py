@@ -1,0 +1,111 @@
+"""Render Slurm's key=value config files from data.
+
+Used by the Ansible roles through the filter plugin in ``ansible/filter_plugins``, and
+unit-tested directly. Settings are plain dicts (defaults combined with user values);
+nodes and partitions are lists of dicts, so a new Slurm option never needs a template
+edit. Node names are compressed to hostlist expressions (``gpu-[001-064]``), as Slurm
+advises for large systems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import hostlist
+
+
+class SlurmConfError(ValueError):
+    pass
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """``["gpu-001", "gpu-002", "gpu-004"]`` -> ``"gpu-[001-002,004]"`` (sorted, no duplicates)."""
+    unique = sorted(set(names))
+    if not unique:
+        raise SlurmConfError("cannot compress an empty host list")
+    return str(hostlist.collect_hostlist(unique))
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    return list(hostlist.expand_hostlist(expression))
+
+
+def slurm_value(value: Any) -> str:
+    """Render one value the way slurm.conf wants it."""
+    if isinstance(value, bool):
+        return "YES" if value else "NO"
+    if isinstance(value, (list, tuple)):
+        return ",".join(slurm_value(v) for v in value)
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={slurm_value(v)}" for k, v in sorted(value.items()))
+    text = str(value)
+    if not text or any(c.isspace() for c in text) or "#" in text:
+        raise SlurmConfError(f"value {text!r} cannot be written unquoted in a Slurm config")
+    return text
+
+
+def settings_lines(settings: Mapping[str, Any]) -> list[str]:
+    """``Key=Value`` lines, sorted by key; keys whose value is None are left out."""
+    return [f"{k}={slurm_value(v)}" for k, v in sorted(settings.items()) if v is not None]
+
+
+def _record(first_key: str, name_expr: str, attrs: Mapping[str, Any]) -> str:
+    parts = [f"{first_key}={name_expr}"]
+    parts += [f"{k}={slurm_value(v)}" for k, v in sorted(attrs.items()) if v is not None]
+    return " ".join(parts)
+
+
+def grouped_lines(first_key: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per set of identical attributes, names compressed to a hostlist.
+
+    Each record has ``first_key`` (a single name) plus attributes. Records whose
+    attributes are equal share one line: 64 identical GPU nodes become one NodeName line.
+    """
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for record in records:
+        if first_key not in record:
+            raise SlurmConfError(f"record without {first_key}: {dict(record)!r}")
+        attrs = tuple(sorted((k, slurm_value(v)) for k, v in record.items()
+                             if k != first_key and v is not None))
+        groups.setdefault(attrs, []).append(str(record[first_key]))
+    lines = []
+    for attrs, names in sorted(groups.items(), key=lambda item: sorted(item[1])[0]):
+        lines.append(_record(first_key, compress_hostlist(names), dict(attrs)))
+    return lines
+
+
+def node_lines(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    return grouped_lines("NodeName", nodes)
+
+
+def partition_lines(partitions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """PartitionName lines; a partition's ``Nodes`` list is compressed to a hostlist."""
+    lines = []
+    for part in partitions:
+        attrs = {k: v for k, v in part.items() if k != "PartitionName"}
+        nodes = attrs.get("Nodes")
+        if isinstance(nodes, (list, tuple)):
+            if not nodes:
+                raise SlurmConfError(f"partition {part.get('PartitionName')!r} has no nodes")
+            attrs["Nodes"] = compress_hostlist(nodes)
+        lines.append(_record("PartitionName", str(part["PartitionName"]), attrs))
+    return lines
+
+
+def gpu_device_files(count: int, prefix: str = "/dev/nvidia") -> str:
+    """``/dev/nvidia[0-7]`` for 8 GPUs, ``/dev/nvidia0`` for one."""
+    if count < 1:
+        raise SlurmConfError("a GPU node needs at least one GPU device")
+    return compress_hostlist(f"{prefix}{i}" for i in range(count))
+
+
+def render_conf(settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] = (),
+                partitions: Sequence[Mapping[str, Any]] = ()) -> str:
+    """A whole slurm.conf body: settings, then nodes, then partitions."""
+    out = settings_lines(settings)
+    if nodes:
+        out += ["", "# Nodes"] + node_lines(nodes)
+    if partitions:
+        out += ["", "# Partitions"] + partition_lines(partitions)
+    return "\n".join(out) + "\n"

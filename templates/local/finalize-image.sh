@@ -1,0 +1,19 @@
+#!/bin/sh
+# Runs inside the node image's root (a debootstrap chroot, or a RUN step of a
+# Containerfile) after rootfs/ has been copied in. Arguments: the packages to
+# download (not install) so that the roles' apt tasks install them without a network
+# round trip per package. Keep this idempotent: a failed build is simply rebuilt.
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+systemctl enable metalslurm-fake-gpus.service metalslurm-ssh-hostkeys.service ssh.service
+# Units that cannot work in a container (kernel modules, consoles).
+systemctl mask systemd-modules-load.service getty@tty1.service console-getty.service \
+    systemd-firstboot.service
+rm -f /etc/ssh/ssh_host_*
+: > /etc/machine-id
+printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > /etc/hosts
+mkdir -p /etc/metalslurm
+apt-get update -qq
+if [ "$#" -gt 0 ]; then
+    apt-get install -y -qq --download-only "$@"
+fi

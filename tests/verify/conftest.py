@@ -1,0 +1,52 @@
+"""testinfra suite for any metalslurm inventory.
+
+Run as ``pytest tests/verify --hosts=ansible://all --ansible-inventory=INVENTORY`` (or
+``metalslurm verify -i INVENTORY``). Tests that take the ``host`` fixture run once per
+inventory host; cluster-wide tests run once, on the controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import testinfra
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+
+@dataclass(frozen=True)
+class Cluster:
+    inventory: str
+    controller: str
+    compute: list[str]
+    hostvars: dict[str, dict] = field(default_factory=dict)
+
+    def gpu_nodes(self) -> list[str]:
+        return [h for h in self.compute if int(self.hostvars[h].get("metalslurm_gpu_count", 0))]
+
+    def groups_of(self, host: str) -> list[str]:
+        return list(self.hostvars[host].get("group_names", []))
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    inventory = request.config.getoption("ansible_inventory")
+    if not inventory:
+        pytest.exit("run with --ansible-inventory=INVENTORY (and --hosts=ansible://all)", 2)
+    runner = AnsibleRunner(inventory)
+    controllers = runner.get_hosts("slurm_controller")
+    assert len(controllers) == 1, f"inventory {inventory} needs exactly one slurm_controller"
+    compute = sorted(runner.get_hosts("slurm_compute"))
+    hostvars = {h: runner.get_variables(h) for h in set(controllers) | set(compute)}
+    return Cluster(inventory, controllers[0], compute, hostvars)
+
+
+@pytest.fixture(scope="session")
+def controller(cluster: Cluster):
+    return testinfra.get_host(f"ansible://{cluster.controller}",
+                              ansible_inventory=cluster.inventory)
+
+
+@pytest.fixture
+def host_name(host) -> str:
+    return host.backend.get_hostname()

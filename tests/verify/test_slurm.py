@@ -1,0 +1,70 @@
+"""The cluster schedules: nodes idle with their GPUs, multi-node steps, GPU isolation."""
+
+import base64
+import json
+import re
+
+import pytest
+
+# Opens every /dev/nvidiaN and reports the outcome: "open" (a driver answered), ENXIO
+# (no driver behind the node, but the device cgroup let it through), EPERM (denied by
+# the job's device cgroup).
+GPU_PROBE = r"""
+import errno, glob, json, os
+out = {}
+for dev in glob.glob('/dev/nvidia[0-9]*'):
+    try:
+        os.close(os.open(dev, os.O_RDWR))
+        out[dev] = 'open'
+    except OSError as exc:
+        out[dev] = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({'cvd': os.environ.get('CUDA_VISIBLE_DEVICES'), 'devices': out}))
+"""
+SRUN_TIMEOUT = 120
+
+
+def expected_gres(cluster, node):
+    hv = cluster.hostvars[node]
+    count = int(hv.get("metalslurm_gpu_count", 0))
+    return f"gpu:{hv['metalslurm_gpu_type']}:{count}" if count else "(null)"
+
+
+def test_sinfo_lists_every_compute_node_idle_with_its_gres(controller, cluster):
+    out = controller.check_output("sinfo --noheader --Node --format='%N|%T|%G'")
+    seen = {}
+    for line in out.splitlines():
+        node, state, gres = line.split("|")
+        seen[node] = (state, re.sub(r"\(S:[^)]*\)", "", gres))
+    assert seen == {n: ("idle", expected_gres(cluster, n)) for n in cluster.compute}
+
+
+def test_srun_runs_one_task_on_every_compute_node(controller, cluster):
+    n = len(cluster.compute)
+    out = controller.check_output(
+        f"timeout {SRUN_TIMEOUT} srun --nodes={n} --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == cluster.compute
+
+
+@pytest.fixture(scope="module")
+def gpu_probe_command():
+    encoded = base64.b64encode(GPU_PROBE.encode()).decode()
+    return f"python3 -c \"import base64; exec(base64.b64decode('{encoded}'))\""
+
+
+def test_gpu_job_sees_and_opens_only_its_allocated_gpus(controller, cluster, gpu_probe_command):
+    gpu_nodes = cluster.gpu_nodes()
+    if not gpu_nodes:
+        pytest.skip("no GPU compute nodes in this inventory")
+    node = gpu_nodes[0]
+    hv = cluster.hostvars[node]
+    total = int(hv["metalslurm_gpu_count"])
+    want = min(2, total)
+    out = controller.check_output(
+        f"timeout {SRUN_TIMEOUT} srun --nodelist={node} --nodes=1 --ntasks=1 "
+        f"--gres=gpu:{hv['metalslurm_gpu_type']}:{want} {gpu_probe_command}")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["cvd"] == ",".join(str(i) for i in range(want))
+    outcomes = sorted(result["devices"].values())
+    allowed = [o for o in outcomes if o in ("open", "ENXIO")]
+    denied = [o for o in outcomes if o == "EPERM"]
+    assert (len(allowed), len(denied)) == (want, total - want), result["devices"]
