@@ -36,7 +36,7 @@ lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible __main__.py
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
-	cd ansible && ../$(BIN)/ansible-lint --offline
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 unit: deps
 	$(BIN)/pytest tests/unit

@@ -143,7 +143,8 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="metalslurm", description="metalslurm: the operator command line")
+    parser = argparse.ArgumentParser(prog="metalslurm",
+                                     description="metalslurm: the operator command line")
     sub = parser.add_subparsers(dest="command", required=True)
 
     local = sub.add_parser("local", help="the local cluster of podman nodes")

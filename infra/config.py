@@ -31,7 +31,8 @@ CLUSTER_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 POOL_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,14}[a-z0-9])?$")
 PARTITION_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
 # Slurm MaxTime: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
-SLURM_TIME_RE = re.compile(r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}){0,2})$")
+SLURM_TIME_RE = re.compile(
+    r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}){0,2})$")
 
 MAX_GPUS_PER_NODE = 16
 # First host addresses kept free in the private subnet (gateway and friends).
@@ -318,7 +319,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
                             default="auto", choices=IMAGE_SOURCES)
     mirror = local_raw.get("mirror")
     if mirror is not None and not (isinstance(mirror, str) and re.match(r"^https?://", mirror)):
-        c.problem(f"{_key('local')}.mirror", f"{mirror!r} must be an http(s) URL of a Debian mirror")
+        c.problem(f"{_key('local')}.mirror",
+                  f"{mirror!r} must be an http(s) URL of a Debian mirror")
 
     node_names = [n for p in pools for n in p.node_names()]
     if controller_name is not None:

@@ -34,8 +34,8 @@ def parse_junit(path: Path) -> list[CaseResult]:
             node = case.find(tag)
             if node is not None:
                 outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                message = (node.get("message") or node.text or "").strip().splitlines()[0:1]
-                message = message[0] if message else ""
+                lines = (node.get("message") or node.text or "").strip().splitlines()
+                message = lines[0] if lines else ""
                 break
         results.append(CaseResult(case.get("name", "?"), outcome, message))
     return results

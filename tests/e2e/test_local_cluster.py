@@ -1,0 +1,117 @@
+"""The default cluster on Debian 13, from nothing to verified, then idempotence and repair.
+
+Tests run in file order and share one cluster (module fixture); the fixture removes
+leftovers of earlier runs first and tears the cluster down at the end.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from infra.configure import run_playbook
+from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm, network_exists
+
+STACK = STACKS / "Pulumi.e2e-debian13.yaml"
+CLUSTER = "ms-e2e13"
+STATE = REPO / ".metalslurm" / "e2e-debian13"
+INVENTORY = STATE / "inventory.yml"
+NODES = ["ctl", "gpu-001", "gpu-002"]
+
+
+@pytest.fixture(scope="module")
+def up():
+    metalslurm("local", "down", "--stack", str(STACK))
+    assert cluster_containers(CLUSTER) == []
+    proc = metalslurm("local", "up", "--stack", str(STACK))
+    yield proc
+    metalslurm("local", "down", "--stack", str(STACK))
+
+
+def test_bad_config_stops_before_anything_is_created(tmp_path):
+    stack = tmp_path / "Pulumi.bad.yaml"
+    stack.write_text(yaml.safe_dump({"config": {
+        "metalslurm:clusterName": "ms-e2e-bad", "metalslurm:privateCidr": "10.78.99.0/24",
+        "metalslurm:os": "centos7",
+        "metalslurm:computePools": [{"name": "gpu", "count": -2}]}}))
+    proc = metalslurm("local", "up", "--stack", str(stack))
+    assert proc.returncode == 2
+    assert "metalslurm:os: 'centos7' is not one of the allowed values: debian12, debian13" \
+        in proc.stdout
+    assert "metalslurm:computePools[0].count: must be at least 0, got -2" in proc.stdout
+    assert cluster_containers("ms-e2e-bad") == []
+    assert not network_exists("ms-e2e-bad-net")
+
+
+def test_up_provisions_configures_and_verifies(up):
+    assert up.returncode == 0, up.stdout[-3000:]
+    for phase in ("image", "nodes", "configure", "verify"):
+        assert f"<== {phase}: " in up.stdout
+    assert "configure successful" in up.stdout
+    summary = [line for line in up.stdout.splitlines() if line.endswith(" passed")]
+    assert summary and "failed" not in summary[-1] and "error" not in summary[-1], summary
+    assert cluster_containers(CLUSTER) == [f"{CLUSTER}-{n}" for n in NODES]
+
+
+def test_inventory_keeps_the_munge_key_out(up):
+    text = INVENTORY.read_text()
+    key_file = STATE / "secrets" / "munge.key.b64"
+    assert key_file.read_text().strip() not in text
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_second_configure_changes_nothing(up):
+    result = run_playbook(INVENTORY, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert result.changed_tasks == []
+
+
+def test_status_and_exec(up):
+    status = metalslurm("local", "status", "--stack", str(STACK))
+    assert status.returncode == 0
+    for node in NODES:
+        assert f"{CLUSTER}-{node}" in status.stdout
+    proc = metalslurm("local", "exec", "--stack", str(STACK), "gpu-002", "--", "hostname")
+    assert (proc.returncode, proc.stdout.strip()) == (0, "gpu-002")
+
+
+def test_configure_repairs_a_broken_compute_node(up):
+    broken = metalslurm("local", "exec", "--stack", str(STACK), "gpu-002", "--", "sh", "-c",
+                        "systemctl stop slurmd && rm /etc/default/slurmd "
+                        "/etc/systemd/system/slurmd.service.d/metalslurm.conf")
+    assert broken.returncode == 0
+    result = run_playbook(INVENTORY, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert sorted(t for h, t in result.changed_tasks if h == "gpu-002") == [
+        "Let slurmd start without a local slurm.conf (configless)",
+        "Point slurmd at the controller for its configuration",
+        "Restart slurmd",
+    ]
+    sinfo = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
+                       "sinfo", "--noheader", "--Node", "--format=%N %T")
+    assert sinfo.stdout.split("\n")[:2] == ["gpu-001 idle", "gpu-002 idle"]
+
+
+def test_plain_pytest_runs_the_verify_suite_on_the_inventory(up):
+    """The documented plain-tools command, after the repair above: the cluster is whole."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify",
+         "--hosts=ansible://all", f"--ansible-inventory={INVENTORY}"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # Every check passed and none was skipped or failed.
+    assert re.match(r"^\d+ passed in ", proc.stdout.strip().splitlines()[-1]), proc.stdout
+
+
+def test_down_removes_everything(up):
+    proc = metalslurm("local", "down", "--stack", str(STACK))
+    assert proc.returncode == 0
+    assert cluster_containers(CLUSTER) == []
+    assert not network_exists(f"{CLUSTER}-net")
+    assert not STATE.exists()
+    shutil.rmtree(STATE, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""Debian 12 nodes (Slurm 22.05): configure with the controller as munge key source,
+a multi-node srun, the verify suite, and a second configure with nothing to change."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+
+from infra.configure import run_playbook
+from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm
+
+STACK = STACKS / "Pulumi.e2e-debian12.yaml"
+CLUSTER = "ms-e2e12"
+STATE = REPO / ".metalslurm" / "e2e-debian12"
+INVENTORY = STATE / "inventory.yml"
+NODES = ["ctl", "gpu-001", "gpu-002"]
+# No operator-side key file: the key the controller's munge package created is the
+# source, and the role copies it to the other nodes.
+CONTROLLER_KEY = {"munge_key_b64_file": ""}
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    metalslurm("local", "down", "--stack", str(STACK))
+    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-configure")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    yield
+    metalslurm("local", "down", "--stack", str(STACK))
+    assert cluster_containers(CLUSTER) == []
+
+
+@pytest.fixture(scope="module")
+def configured(nodes):
+    return run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+
+
+def node_sh(node: str, command: str) -> str:
+    proc = metalslurm("local", "exec", "--stack", str(STACK), node, "--", "sh", "-c", command)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_configure_succeeds(configured):
+    assert configured.ok, configured.failures
+    assert configured.changed > 0
+
+
+def test_slurm_is_22_05(configured):
+    assert node_sh("ctl", "sinfo --version").startswith("slurm-wlm 22.05")
+
+
+def test_every_node_has_the_controllers_munge_key(configured):
+    hashes = {n: node_sh(n, "sha256sum /etc/munge/munge.key").split()[0] for n in NODES}
+    assert len(set(hashes.values())) == 1, hashes
+    # ... and not the operator-side file's key, which this run was told not to use.
+    operator_key = base64.b64decode((STATE / "secrets" / "munge.key.b64").read_text())
+    assert hashes["ctl"] != hashlib.sha256(operator_key).hexdigest()
+
+
+def test_multi_node_srun(configured):
+    out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_verify_suite_passes(configured):
+    proc = metalslurm("verify", "-i", str(INVENTORY), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_second_configure_changes_nothing(configured):
+    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert result.changed_tasks == []

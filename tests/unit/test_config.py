@@ -1,0 +1,130 @@
+"""Stack config parsing: good configs give typed values, bad ones name the key to fix."""
+
+import ipaddress
+import textwrap
+
+import pytest
+
+from infra.config import ConfigError, load_stack_file, parse_config
+
+
+def ms(**kwargs):
+    return {f"metalslurm:{k}": v for k, v in kwargs.items()}
+
+
+def test_defaults_are_one_controller_and_two_gpu_nodes():
+    cfg = parse_config({})
+    assert cfg.cluster_name == "metalslurm"
+    assert cfg.private_cidr == ipaddress.ip_network("10.77.0.0/24")
+    assert cfg.os == "debian13"
+    assert cfg.controller_name == "ctl"
+    assert cfg.compute_node_names() == ["gpu-001", "gpu-002"]
+    assert [(p.gpu_type, p.gpu_count) for p in cfg.compute_pools] == [("h100", 8)]
+    assert [(p.name, p.default) for p in cfg.partitions] == [("gpu", True)]
+
+
+def test_pools_and_partitions_are_read():
+    cfg = parse_config(ms(
+        os="debian12",
+        computePools=[{"name": "h100", "count": 3, "gpuType": "h100", "gpuCount": 8},
+                      {"name": "cpu", "count": 1}],
+        partitions=[{"name": "debug", "pools": ["cpu"], "maxTime": "2:00:00"},
+                    {"name": "train", "default": True, "maxTime": "7-00:00:00",
+                     "options": {"PriorityJobFactor": 2}}]))
+    assert cfg.compute_node_names() == ["h100-001", "h100-002", "h100-003", "cpu-001"]
+    assert cfg.partitions[0].pools == ("cpu",)
+    assert cfg.partitions[1].options == {"PriorityJobFactor": 2}
+    assert cfg.os == "debian12"
+
+
+def test_other_namespaces_are_ignored():
+    assert parse_config({"oci:region": "x", "metalslurm:clusterName": "abc"}).cluster_name == "abc"
+
+
+BAD = [
+    (ms(computePools=[{"name": "gpu", "count": -1}]), "metalslurm:computePools[0].count",
+     "at least 0"),
+    (ms(privateCidr="10.77.0.0/33"), "metalslurm:privateCidr", "CIDR"),
+    (ms(privateCidr="10.77.0.1/24"), "metalslurm:privateCidr", "host bits"),
+    (ms(privateCidr="8.8.8.0/24"), "metalslurm:privateCidr", "not a private range"),
+    (ms(privateCidr="10.77.0.0/30"), "metalslurm:privateCidr", "too small"),
+    (ms(os="centos7"), "metalslurm:os", "debian12, debian13"),
+    (ms(provider="aws"), "metalslurm:provider", "allowed values: local"),
+    (ms(clusterName="My_Cluster"), "metalslurm:clusterName", "lower-case"),
+    (ms(controller={"name": "ctl_1"}), "metalslurm:controller.name", "host name"),
+    (ms(controller={"name": "gpu-001"}), "metalslurm:computePools", "two nodes"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "gpuCount": 8}]),
+     "metalslurm:computePools[0].gpuType", "no gpuType"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "gpuType": "h100"}]),
+     "metalslurm:computePools[0].gpuCount", "gpuCount 0"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "gpuType": "h900", "gpuCount": 8}]),
+     "metalslurm:computePools[0].gpuType", "allowed values"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 17}]),
+     "metalslurm:computePools[0].gpuCount", "at most 16"),
+    (ms(computePools=[{"name": "gpu", "count": "two"}]), "metalslurm:computePools[0].count",
+     "whole number"),
+    (ms(computePools=[{"name": "gpu", "count": 1}, {"name": "gpu", "count": 1}]),
+     "metalslurm:computePools", "more than once"),
+    (ms(computePools=[{"name": "gpu", "count": 0}]), "metalslurm:computePools",
+     "at least one compute node"),
+    (ms(computePools=[{"name": "GPU", "count": 1}]), "metalslurm:computePools[0].name",
+     "lower-case"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "gpus": 8}]),
+     "metalslurm:computePools[0].gpus", "unknown key"),
+    (ms(partitions=[{"name": "a", "default": True}, {"name": "b", "default": True}]),
+     "metalslurm:partitions", "only one partition"),
+    (ms(partitions=[{"name": "a", "pools": ["nope"]}]), "metalslurm:partitions[0].pools",
+     "not a pool"),
+    (ms(partitions=[{"name": "a", "maxTime": "two hours"}]),
+     "metalslurm:partitions[0].maxTime", "Slurm time"),
+    (ms(privateCidr="10.77.0.0/28", computePools=[{"name": "gpu", "count": 5}]),
+     "metalslurm:privateCidr", "room for"),
+    (ms(local={"imageSource": "floppy"}), "metalslurm:local.imageSource", "allowed values"),
+    (ms(gpus=3), "metalslurm.gpus", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("raw", "key", "fragment"), BAD, ids=[b[1] + ":" + b[2] for b in BAD])
+def test_bad_config_names_the_key(raw, key, fragment):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    matching = [p for p in err.value.problems if p.startswith(key + ":")]
+    assert matching, err.value.problems
+    assert any(fragment in p for p in matching), matching
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        parse_config(ms(os="centos7", privateCidr="nonsense", clusterName="A B"))
+    keys = sorted(p.split(":")[1] for p in err.value.problems)
+    assert keys == ["clusterName", "os", "privateCidr"]
+
+
+def test_load_stack_file(tmp_path):
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(textwrap.dedent("""
+        config:
+          metalslurm:clusterName: lab
+          metalslurm:computePools:
+            - {name: a100, count: 1, gpuType: a100, gpuCount: 4}
+    """))
+    cfg = load_stack_file(path)
+    assert (cfg.cluster_name, cfg.compute_node_names()) == ("lab", ["a100-001"])
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("config: [1, 2", "not valid YAML"),
+    ("- just a list", "mapping"),
+    ("config: 3", "mapping"),
+])
+def test_unreadable_stack_files(tmp_path, text, fragment):
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_stack_file(path)
+    assert fragment in str(err.value)
+
+
+def test_missing_stack_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_stack_file(tmp_path / "nope.yaml")

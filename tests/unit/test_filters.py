@@ -1,0 +1,60 @@
+"""The Ansible filters that feed slurm.conf and gres.conf from inventory vars and facts."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
+         "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
+
+
+def test_node_records_from_facts(filters):
+    hostvars = {
+        "gpu-001": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100"),
+        "gpu-002": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100",
+                        metalslurm_node_state="cloud"),
+    }
+    records = filters.slurm_nodes(["gpu-001", "gpu-002"], hostvars, 3)
+    assert records[0] == {"NodeName": "gpu-001", "Sockets": 2, "CoresPerSocket": 56,
+                          "ThreadsPerCore": 2, "RealMemory": 2002018,
+                          "Gres": "gpu:h100:8", "State": "UNKNOWN"}
+    assert records[1]["State"] == "CLOUD"
+
+
+def test_node_options_override_facts(filters):
+    hostvars = {"n1": {"metalslurm_node_options": {"CPUs": 4, "Sockets": 1,
+                                                   "RealMemory": 1000, "Weight": 5}}}
+    assert filters.slurm_nodes(["n1"], hostvars) == [
+        {"NodeName": "n1", "CPUs": 4, "Sockets": 1, "RealMemory": 1000, "Weight": 5,
+         "State": "UNKNOWN"}]
+
+
+def test_missing_facts_say_what_to_do(filters):
+    with pytest.raises(AnsibleFilterError, match="ansible_processor_count of compute host n1"):
+        filters.slurm_nodes(["n1"], {"n1": {}})
+
+
+def test_gres_records_only_for_gpu_nodes(filters):
+    hostvars = {"g1": {"metalslurm_gpu_count": 4, "metalslurm_gpu_type": "a100"},
+                "c1": {"metalslurm_gpu_count": 0}}
+    assert filters.gres_records(["g1", "c1"], hostvars) == [
+        {"NodeName": "g1", "Name": "gpu", "Type": "a100", "File": "/dev/nvidia[0-3]"}]
+
+
+def test_partition_records_layer_defaults_and_options(filters):
+    parts = [{"name": "train", "nodes": ["g1", "g2"], "default": True, "max_time": "7-00:00:00",
+              "options": {"PriorityJobFactor": 2}}]
+    records = filters.partition_records(parts, {"OverSubscribe": "NO", "PriorityJobFactor": 1})
+    assert records == [{"PartitionName": "train", "Nodes": ["g1", "g2"], "Default": True,
+                        "MaxTime": "7-00:00:00", "State": "UP", "OverSubscribe": "NO",
+                        "PriorityJobFactor": 2}]
+    assert filters.slurm_records(
+        [{"NodeName": "g1", "Gres": "gpu:a:1"}, {"NodeName": "g2", "Gres": "gpu:a:1"}],
+        "NodeName") == ["NodeName=g[1-2] Gres=gpu:a:1"]
+
+
+def test_inventory_problems_from_groups_and_hostvars(filters):
+    groups = {"slurm_controller": ["c1", "c2"], "slurm_compute": ["n1"]}
+    hostvars = {h: {"metalslurm_address": f"10.0.0.{i}", "metalslurm_private_cidr": "10.0.0.0/24"}
+                for i, h in enumerate(["c1", "c2", "n1"], start=10)}
+    problems = filters.inventory_problems(groups, hostvars)
+    assert problems == ["group slurm_controller has 2 hosts (c1, c2): put exactly one host in it"]
