@@ -162,6 +162,26 @@ class _Collector:
             return {}
         return value
 
+    def mappings(self, value: Any, key: str, allowed: tuple[str, ...],
+                 what: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """``(item_key, item)`` for each mapping in a list; problems for everything else."""
+        if not isinstance(value, list) or not value:
+            self.problem(key, f"must be a non-empty list of {what}")
+            return []
+        found = []
+        for i, item in enumerate(value):
+            item_key = f"{key}[{i}]"
+            if not isinstance(item, Mapping):
+                self.problem(item_key, f"must be a mapping with {', '.join(allowed)}")
+                continue
+            self.unknown_keys(item, allowed, item_key)
+            found.append((item_key, item))
+        return found
+
+    def duplicates(self, key: str, names: list[str], what: str) -> None:
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            self.problem(key, f"{what} {dup!r} is used more than once")
+
     def unknown_keys(self, raw: Mapping[str, Any], allowed: tuple[str, ...], key: str) -> None:
         for name in raw:
             if name not in allowed:
@@ -203,16 +223,8 @@ def _parse_pools(c: _Collector, raw: Mapping[str, Any]) -> list[ComputePool]:
     value = raw.get("computePools")
     if value is None:
         value = [{"name": "gpu", "count": 2, "gpuType": "h100", "gpuCount": 8}]
-    if not isinstance(value, list) or not value:
-        c.problem(key, "must be a non-empty list of pools, each with name and count")
-        return []
     pools: list[ComputePool] = []
-    for i, item in enumerate(value):
-        pkey = f"{key}[{i}]"
-        if not isinstance(item, Mapping):
-            c.problem(pkey, f"must be a mapping with {', '.join(_POOL_KEYS)}")
-            continue
-        c.unknown_keys(item, _POOL_KEYS, pkey)
+    for pkey, item in c.mappings(value, key, _POOL_KEYS, "pools, each with name and count"):
         name = c.string(item, "name", f"{pkey}.name", pattern=POOL_NAME_RE,
                         what="lower-case letters, digits and '-', starting with a letter, "
                         "at most 16 characters")
@@ -232,9 +244,7 @@ def _parse_pools(c: _Collector, raw: Mapping[str, Any]) -> list[ComputePool]:
                       f"set 1 to {MAX_GPUS_PER_NODE}")
         if name is not None and count is not None and gpu_count is not None:
             pools.append(ComputePool(name, count, gpu_type, gpu_count))
-    names = [p.name for p in pools]
-    for dup in sorted({n for n in names if names.count(n) > 1}):
-        c.problem(key, f"pool name {dup!r} is used more than once")
+    c.duplicates(key, [p.name for p in pools], "pool name")
     if pools and sum(p.count for p in pools) == 0:
         c.problem(key, "the cluster needs at least one compute node (every count is 0)")
     return pools
@@ -246,17 +256,9 @@ def _parse_partitions(c: _Collector, raw: Mapping[str, Any],
     value = raw.get("partitions")
     if value is None:
         return [Partition(name="gpu", default=True)]
-    if not isinstance(value, list) or not value:
-        c.problem(key, "must be a non-empty list of partitions, each with a name")
-        return []
     pool_names = {p.name for p in pools}
     parts: list[Partition] = []
-    for i, item in enumerate(value):
-        pkey = f"{key}[{i}]"
-        if not isinstance(item, Mapping):
-            c.problem(pkey, f"must be a mapping with {', '.join(_PARTITION_KEYS)}")
-            continue
-        c.unknown_keys(item, _PARTITION_KEYS, pkey)
+    for pkey, item in c.mappings(value, key, _PARTITION_KEYS, "partitions, each with a name"):
         name = c.string(item, "name", f"{pkey}.name", pattern=PARTITION_NAME_RE,
                         what="lower-case letters, digits, '-' and '_', starting with a letter")
         default = c.boolean(item, "default", f"{pkey}.default", False)
@@ -274,9 +276,7 @@ def _parse_partitions(c: _Collector, raw: Mapping[str, Any],
                           f"{', '.join(sorted(pool_names)) or 'none'}")
         if name is not None and max_time is not None:
             parts.append(Partition(name, tuple(raw_pools), default, max_time, dict(options)))
-    names = [p.name for p in parts]
-    for dup in sorted({n for n in names if names.count(n) > 1}):
-        c.problem(key, f"partition name {dup!r} is used more than once")
+    c.duplicates(key, [p.name for p in parts], "partition name")
     defaults = [p.name for p in parts if p.default]
     if len(defaults) > 1:
         c.problem(key, f"only one partition may be the default, got {', '.join(defaults)}")

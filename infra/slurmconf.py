@@ -47,7 +47,17 @@ def slurm_value(value: Any) -> str:
 
 def settings_lines(settings: Mapping[str, Any]) -> list[str]:
     """``Key=Value`` lines, sorted by key; keys whose value is None are left out."""
-    return [f"{k}={slurm_value(v)}" for k, v in sorted(settings.items()) if v is not None]
+    lines = []
+    for key, value in sorted(settings.items()):
+        if value is None:
+            continue
+        if not key or not str(key).isidentifier():
+            raise SlurmConfError(f"{key!r} is not a Slurm setting name")
+        try:
+            lines.append(f"{key}={slurm_value(value)}")
+        except SlurmConfError as exc:
+            raise SlurmConfError(f"setting {key}: {exc}") from None
+    return lines
 
 
 def _record(first_key: str, name_expr: str, attrs: Mapping[str, Any]) -> str:

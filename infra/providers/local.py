@@ -186,6 +186,16 @@ class LocalCluster:
             args += ["--ulimit", limit]
         podman(*args, image, "/sbin/init")
 
+    def remove_nodes_not_in(self, specs: list[NodeSpec]) -> list[str]:
+        """Remove this cluster's containers for nodes the config no longer has."""
+        wanted = {s.name for s in specs}
+        stale = [c["Names"][0] for c in containers([f"{LABEL}={self.cfg.cluster_name}"])
+                 if c.get("Labels", {}).get("metalslurm.node") not in wanted]
+        if stale:
+            self.log(f"removing nodes no longer in the config: {', '.join(stale)}")
+            podman("rm", "-f", "-t", "2", *stale, timeout=180)
+        return stale
+
     def wait_for_ssh(self, spec: NodeSpec) -> str:
         """Wait until sshd answers; return the node's known_hosts line."""
         name = container_name(self.cfg, spec.name)
@@ -209,6 +219,7 @@ class LocalCluster:
         specs = self.specs()
         self.ensure_secrets()
         self.ensure_network()
+        self.remove_nodes_not_in(specs)
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
             list(pool.map(lambda s: self.create_node(s, image), specs))
             lines = list(pool.map(self.wait_for_ssh, specs))

@@ -71,6 +71,66 @@ def test_second_configure_changes_nothing(up):
     assert result.changed_tasks == []
 
 
+def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
+    """A bad setting fails the controller play after the node plays ran; slurm.conf is
+    left as it was and a plain re-run completes with nothing to change."""
+    before = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
+                        "sha256sum", "/etc/slurm/slurm.conf").stdout
+    failed = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+        "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
+    assert not failed.ok
+    assert any("setting SchedulerParameters: value 'bf_interval=30 bf_window=60' cannot be "
+               "written unquoted" in f for f in failed.failures), failed.failures
+    after = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
+                       "sha256sum", "/etc/slurm/slurm.conf").stdout
+    assert after == before
+    rerun = run_playbook(INVENTORY, out=lambda _line: None)
+    assert rerun.ok, rerun.failures
+    assert rerun.changed_tasks == []
+
+
+def scontrol_config(key: str) -> str:
+    proc = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--", "sh", "-c",
+                      f"scontrol show config | grep -E '^{key} '")
+    return proc.stdout.split("=", 1)[1].strip()
+
+
+def changed_by_host(result) -> dict[str, list[str]]:
+    hosts: dict[str, list[str]] = {}
+    for host, task in result.changed_tasks:
+        hosts.setdefault(host, []).append(task)
+    return hosts
+
+
+def test_a_reconfigurable_change_reconfigures_without_restarts(up):
+    result = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+        "slurm_controller_config": {"SchedulerParameters": "bf_interval=45"}})
+    assert result.ok, result.failures
+    assert changed_by_host(result) == {"ctl": ["Write slurm.conf", "Reconfigure Slurm"]}
+    assert scontrol_config("SchedulerParameters") == "bf_interval=45"
+
+
+def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
+    result = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+        "slurm_controller_config": {"MpiDefault": "pmi2"}})
+    assert result.ok, result.failures
+    changed = changed_by_host(result)
+    assert changed["ctl"] == ["Write slurm.conf", "Record the settings that need a restart "
+                              "to change", "Restart slurmctld"]
+    for node in ("gpu-001", "gpu-002"):
+        assert "Restart slurmd" in changed[node], changed
+    assert scontrol_config("MpiDefault") == "pmi2"
+
+
+def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
+    back = run_playbook(INVENTORY, out=lambda _line: None)
+    assert back.ok, back.failures
+    assert "Restart slurmctld" in changed_by_host(back)["ctl"]
+    assert scontrol_config("MpiDefault") == "none"
+    again = run_playbook(INVENTORY, out=lambda _line: None)
+    assert again.changed_tasks == []
+
+
 def test_status_and_exec(up):
     status = metalslurm("local", "status", "--stack", str(STACK))
     assert status.returncode == 0

@@ -7,6 +7,7 @@ import base64
 import hashlib
 
 import pytest
+import yaml
 
 from infra.configure import run_playbook
 from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm
@@ -73,3 +74,20 @@ def test_second_configure_changes_nothing(configured):
     result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
+
+
+def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path):
+    """A pool shrunk in the stack config: 'up' removes the extra container and the next
+    configure restarts Slurm with the shorter node list."""
+    doc = yaml.safe_load(STACK.read_text())
+    doc["config"]["metalslurm:computePools"][0]["count"] = 1
+    smaller = tmp_path / STACK.name  # same stack name, so the same state directory
+    smaller.write_text(yaml.safe_dump(doc))
+    proc = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "removing nodes no longer in the config: ms-e2e12-gpu-002" in proc.stdout
+    assert cluster_containers(CLUSTER) == ["ms-e2e12-ctl", "ms-e2e12-gpu-001"]
+    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert "Restart slurmctld" in [t for h, t in result.changed_tasks if h == "ctl"]
+    assert node_sh("ctl", "sinfo --noheader --Node --format='%N %T'") == "gpu-001 idle"

@@ -85,3 +85,10 @@ def test_render_conf_orders_settings_nodes_partitions():
                        [{"PartitionName": "p", "Nodes": ["n1"]}])
     assert text == ("ClusterName=c\n\n# Nodes\nNodeName=n1 CPUs=2\n\n# Partitions\n"
                     "PartitionName=p Nodes=n1\n")
+
+
+def test_bad_settings_name_the_key():
+    with pytest.raises(SlurmConfError, match="setting SchedulerParameters: value 'a b'"):
+        settings_lines({"SchedulerParameters": "a b"})
+    with pytest.raises(SlurmConfError, match="'Bad Key' is not a Slurm setting name"):
+        settings_lines({"Bad Key": "x"})
