@@ -73,6 +73,22 @@ def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3
     return records
 
 
+def def_mem_per_cpu(nodes: list[dict]) -> int | None:
+    """DefMemPerCPU that gives a job its share of the smallest node's memory per CPU.
+
+    Slurm's own default with CR_*_Memory is a whole node's memory per job, which keeps one
+    small job from sharing a GPU node with another; a fixed small value starves training
+    jobs that do not pass --mem. None when no node says how much memory it has.
+    """
+    shares = []
+    for node in nodes:
+        cpus = node.get("CPUs") or (int(node.get("Sockets", 1)) * int(node.get("CoresPerSocket", 1))
+                                    * int(node.get("ThreadsPerCore", 1)))
+        if node.get("RealMemory") and cpus:
+            shares.append(int(node["RealMemory"]) // int(cpus))
+    return min(shares) if shares else None
+
+
 def gres_records(hosts: list[str], hostvars: Any) -> list[dict]:
     """gres.conf records (one per GPU node; grouped into hostlists when rendered)."""
     records = []
@@ -118,6 +134,7 @@ class FilterModule:
             "metalslurm_inventory_problems": inventory_problems,
             "metalslurm_slurm_nodes": _wrap(slurm_nodes),
             "metalslurm_gres_records": _wrap(gres_records),
+            "metalslurm_def_mem_per_cpu": def_mem_per_cpu,
             "metalslurm_partition_records": _wrap(partition_records),
             "metalslurm_slurm_settings": _wrap(slurmconf.settings_lines),
             "metalslurm_slurm_records": _wrap(slurm_records),

@@ -58,3 +58,11 @@ def test_inventory_problems_from_groups_and_hostvars(filters):
                 for i, h in enumerate(["c1", "c2", "n1"], start=10)}
     problems = filters.inventory_problems(groups, hostvars)
     assert problems == ["group slurm_controller has 2 hosts (c1, c2): put exactly one host in it"]
+
+
+def test_def_mem_per_cpu_is_the_smallest_nodes_share(filters):
+    nodes = [{"NodeName": "big", "Sockets": 2, "CoresPerSocket": 56, "ThreadsPerCore": 2,
+              "RealMemory": 2002018},
+             {"NodeName": "small", "CPUs": 16, "RealMemory": 64000}]
+    assert filters.def_mem_per_cpu(nodes) == 4000
+    assert filters.def_mem_per_cpu([{"NodeName": "x", "CPUs": 4}]) is None
