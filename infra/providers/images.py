@@ -22,7 +22,7 @@ from infra.providers.podman import PodmanError, image_exists, podman
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE_FILES = REPO_ROOT / "templates" / "local"
 IMAGE_REPO = "localhost/metalslurm-node"
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "1"  # bump to force a rebuild when the recipe changes outside these files
 
 SUITES = {"debian12": "bookworm", "debian13": "trixie"}
 # Installed into every node image: what systemd, SSH and Ansible need to manage a node.

@@ -41,6 +41,13 @@ class LocalProviderError(RuntimeError):
     pass
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
 def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
     """Controller first, then every compute node, with addresses in the private subnet."""
     hosts = list(cfg.private_cidr.hosts())
@@ -167,14 +174,22 @@ class LocalCluster:
         """Start one node container (or leave a running one as it is)."""
         name = container_name(self.cfg, spec.name)
         found = containers([f"{LABEL}={self.cfg.cluster_name}", f"metalslurm.node={spec.name}"])
-        if found:
+        node_dir = self._node_dir(spec.name)
+        node_env = f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
+        public_key = self.ssh_key.with_suffix(".pub").read_text()
+        current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
+        if found and current == (node_env, public_key):
             if found[0].get("State") != "running":
                 podman("start", name)
             return
-        node_dir = self._node_dir(spec.name)
+        if found:
+            # Its bind-mounted files are gone or stale (state directory removed, GPU
+            # count changed): a node container is cheap, make it again.
+            self.log(f"recreating {name}: its node files changed")
+            podman("rm", "-f", "-t", "2", name, timeout=180)
         node_dir.mkdir(parents=True, exist_ok=True)
-        (node_dir / "node.env").write_text(f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n")
-        shutil.copy(self.ssh_key.with_suffix(".pub"), node_dir / "authorized_keys")
+        (node_dir / "node.env").write_text(node_env)
+        (node_dir / "authorized_keys").write_text(public_key)
         args = ["--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
                 "--name", name, "--hostname", spec.name, "--no-hosts",
                 "--network", network_name(self.cfg), "--ip", spec.address,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shutil
 
 import pytest
 import yaml
@@ -91,3 +92,16 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     assert result.ok, result.failures
     assert "Restart slurmctld" in [t for h, t in result.changed_tasks if h == "ctl"]
     assert node_sh("ctl", "sinfo --noheader --Node --format='%N %T'") == "gpu-001 idle"
+
+
+def test_up_recovers_when_the_state_directory_was_lost(configured, tmp_path):
+    """Secrets and node files gone (a fresh checkout, an 'rm -rf .metalslurm'): 'up'
+    recreates the node containers with the new key, and configure converges them."""
+    shutil.rmtree(STATE)
+    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-configure")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "recreating ms-e2e12-ctl: its node files changed" in proc.stdout
+    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    assert result.ok, result.failures
+    out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
+    assert sorted(out.split()) == ["gpu-001", "gpu-002"]
