@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from infra.config import ConfigError, load_stack_file
 from infra.inventory import InventoryError
 
@@ -120,8 +122,15 @@ def cmd_local_exec(args: argparse.Namespace) -> int:
 def cmd_configure(args: argparse.Namespace) -> int:
     from infra.configure import print_summary, run_playbook
 
+    extra_vars = {}
+    for item in args.extra_vars:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError([f"-e {item!r}: write KEY=VALUE (VALUE is read as YAML)"],
+                              "command line")
+        extra_vars[key] = yaml.safe_load(value) if value else ""
     result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
-                          verbosity=args.verbose, out=say)
+                          verbosity=args.verbose, extra_vars=extra_vars, out=say)
     print_summary(result, out=say)
     return result.rc
 
@@ -173,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--limit")
     conf.add_argument("--tags")
     conf.add_argument("--check", action="store_true", help="Ansible check mode")
+    conf.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
+                      help="an Ansible extra variable (VALUE read as YAML); repeatable")
     conf.add_argument("-v", "--verbose", action="count", default=0)
     conf.set_defaults(func=cmd_configure)
 

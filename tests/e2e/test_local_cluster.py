@@ -71,6 +71,12 @@ def test_second_configure_changes_nothing(up):
     assert result.changed_tasks == []
 
 
+def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
+    result = run_playbook(INVENTORY, check=True, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert result.changed_tasks == []
+
+
 def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
     """A bad setting fails the controller play after the node plays ran; slurm.conf is
     left as it was and a plain re-run completes with nothing to change."""
