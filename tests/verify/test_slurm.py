@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import testinfra
 
 # Opens every /dev/nvidiaN and reports the outcome: "open" (a driver answered), ENXIO
 # (no driver behind the node, but the device cgroup let it through), EPERM (denied by
@@ -68,3 +69,19 @@ def test_gpu_job_sees_and_opens_only_its_allocated_gpus(controller, cluster, gpu
     allowed = [o for o in outcomes if o in ("open", "ENXIO")]
     denied = [o for o in outcomes if o == "EPERM"]
     assert (len(allowed), len(denied)) == (want, total - want), result["devices"]
+
+
+def test_jobs_get_slurmds_locked_memory_limit_not_the_submitters(controller, cluster):
+    """RDMA (NCCL over InfiniBand/RoCE) needs the locked-memory limit slurmd runs with;
+    PropagateResourceLimitsExcept=MEMLOCK keeps a low limit in the submitting shell from
+    reaching the job. Submitted here with the soft limit lowered to 64 KiB."""
+    node = cluster.compute[0]
+    compute = testinfra.get_host(f"ansible://{node}", ansible_inventory=cluster.inventory)
+    line = compute.check_output("grep 'Max locked memory' /proc/$(pidof slurmd)/limits")
+    soft = line.split()[3]
+    expected = "unlimited" if soft == "unlimited" else str(int(soft) // 1024)
+    assert expected != "64", "slurmd itself runs with a 64 KiB limit: the test cannot tell"
+    out = controller.check_output(
+        f"ulimit -S -l 64 && timeout {SRUN_TIMEOUT} srun --nodelist={node} --nodes=1 "
+        "sh -c 'ulimit -l'")
+    assert out.strip() == expected
