@@ -92,9 +92,13 @@ def venv_on_path() -> None:
 
 def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  tags: str | None = None, check: bool = False, verbosity: int = 0,
-                 extra_vars: dict[str, Any] | None = None,
+                 extra_vars: dict[str, Any] | None = None, strategy: str | None = None,
                  out: Callable[[str], None] = print) -> ConfigureResult:
-    """Run the site playbook against ``inventory``; never raises for a failed play."""
+    """Run the site playbook against ``inventory``; never raises for a failed play.
+
+    ``strategy="mitogen_linear"`` runs it with Mitogen's strategy (the ``mitogen``
+    package must be installed); the default is Ansible's own ``linear``.
+    """
     import ansible_runner  # imported here: it is slow to import and only needed here
 
     inventory = Path(inventory).resolve()
@@ -107,6 +111,15 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         cmdline.append("--check")
     if tags:
         cmdline += ["--tags", tags]
+    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+               "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0"}
+    if strategy:
+        envvars["ANSIBLE_STRATEGY"] = strategy
+    if strategy and strategy.startswith("mitogen"):
+        import ansible_mitogen  # optional: pip install mitogen
+
+        envvars["ANSIBLE_STRATEGY_PLUGINS"] = str(
+            Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
     private = Path(tempfile.mkdtemp(prefix="metalslurm-runner-"))
     try:
         runner = ansible_runner.run(
@@ -118,9 +131,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
             cmdline=" ".join(cmdline) or None,
             extravars=extra_vars or {},
             verbosity=verbosity,
-            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
-                     "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
-                     "ANSIBLE_FORCE_COLOR": "0"},
+            envvars=envvars,
             event_handler=progress,
             quiet=True,
             suppress_env_files=True,
