@@ -9,8 +9,8 @@ H100) are separate, planned work and are not created by this program yet.
 import pulumi
 
 from infra.config import NAMESPACE, parse_config
-from infra.inventory import build_inventory
-from infra.providers.local import cluster_vars, node_specs
+from infra.inventory import build_inventory, cluster_vars
+from infra.providers.local import node_specs
 
 OBJECT_KEYS = ("controller", "computePools", "partitions", "slurmConf", "local")
 STRING_KEYS = ("clusterName", "provider", "privateCidr", "os")

@@ -35,6 +35,19 @@ SLURM_TIME_RE = re.compile(
     r"^(UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}){0,2})$")
 
 MAX_GPUS_PER_NODE = 16
+MAX_NODES_PER_POOL = 1000
+# Slurm account, QOS and user names: what sacctmgr accepts without quoting.
+ACCOUNT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# Shared file systems are mounted at absolute paths without spaces.
+MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")
+STORAGE_BACKENDS = ("nfs", "none")
+# Expected boot time of a powered-down node and the ResumeTimeout / SuspendTimeout
+# defaults, by provider (seconds). Bare metal spends minutes in firmware (POST, NIC and
+# GPU option ROMs) before the OS boots; OCI bare-metal GPU shapes take longer still.
+PROVIDER_BOOT_SECONDS = {"local": 15, "byo": 600, "oci": 900}
+PROVIDER_RESUME_TIMEOUT = {"local": 120, "byo": 1200, "oci": 1800}
+PROVIDER_SUSPEND_TIMEOUT = {"local": 30, "byo": 300, "oci": 300}
 # First host addresses kept free in the private subnet (gateway and friends).
 RESERVED_HOST_ADDRESSES = 9
 
@@ -51,15 +64,37 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ComputePool:
-    """A group of identical compute nodes, named ``<name>-001`` onwards."""
+    """A group of identical compute nodes.
+
+    ``count`` nodes are static (always on); ``elastic_count`` more are declared
+    ``State=CLOUD`` and powered up and down by Slurm's power saving. Nodes are named
+    ``<name>-001`` onwards, static ones first, unless the provider names them (``hosts``:
+    existing machines, static ones first).
+    """
 
     name: str
     count: int
     gpu_type: str | None
     gpu_count: int
+    elastic_count: int = 0
+    shape: str | None = None
+    hosts: tuple[str, ...] = ()
+
+    def _generated(self, first: int, n: int) -> list[str]:
+        return [f"{self.name}-{i:03d}" for i in range(first, first + n)]
+
+    def static_names(self) -> list[str]:
+        if self.hosts:
+            return list(self.hosts[:self.count])
+        return self._generated(1, self.count)
+
+    def elastic_names(self) -> list[str]:
+        if self.hosts:
+            return list(self.hosts[self.count:self.count + self.elastic_count])
+        return self._generated(self.count + 1, self.elastic_count)
 
     def node_names(self) -> list[str]:
-        return [f"{self.name}-{i:03d}" for i in range(1, self.count + 1)]
+        return self.static_names() + self.elastic_names()
 
 
 @dataclass(frozen=True)
@@ -82,6 +117,72 @@ class LocalSettings:
 
 
 @dataclass(frozen=True)
+class ElasticSettings:
+    """Slurm power saving for the pools' elastic nodes (seconds, nodes per minute)."""
+
+    suspend_time: int
+    suspend_timeout: int
+    resume_timeout: int
+    resume_rate: int
+    suspend_rate: int
+    boot_time: int
+    reconcile_interval: int
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Shared file systems: NFS exports of ``paths`` from ``server``, or none."""
+
+    backend: str = "nfs"
+    server: str = "nfs"
+    paths: tuple[str, ...] = ("/home", "/shared")
+
+
+@dataclass(frozen=True)
+class Qos:
+    """A Slurm QOS: ``limits`` are sacctmgr QOS fields (GrpTRESMins, MaxTRESPerUser, ...)."""
+
+    name: str
+    priority: int = 0
+    limits: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Account:
+    """A Slurm account (a team): its users, fair-share and QOS."""
+
+    name: str
+    users: tuple[str, ...] = ()
+    fairshare: int = 1
+    qos: tuple[str, ...] = ()
+    default_qos: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class UnixUser:
+    """A login created on every node, with the same UID everywhere."""
+
+    name: str
+    uid: int
+
+
+@dataclass(frozen=True)
+class AccountingSettings:
+    """slurmdbd accounting: a database (MariaDB on the controller unless ``database_host``
+    names an external one), accounts, users and QOS."""
+
+    database_host: str | None = None
+    database_port: int = 3306
+    database_name: str = "slurm_acct_db"
+    database_user: str = "slurm"
+    accounts: tuple[Account, ...] = ()
+    qos: tuple[Qos, ...] = ()
+    prune: bool = True
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     cluster_name: str
     provider: str
@@ -92,9 +193,17 @@ class ClusterConfig:
     partitions: tuple[Partition, ...]
     slurm_conf: Mapping[str, Any]
     local: LocalSettings
+    elastic: ElasticSettings
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    users: tuple[UnixUser, ...] = ()
+    configure: bool = False
 
     def compute_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.node_names()]
+
+    def elastic_node_names(self) -> list[str]:
+        return [n for pool in self.compute_pools for n in pool.elastic_names()]
 
 
 def _key(name: str) -> str:
@@ -189,8 +298,27 @@ class _Collector:
 
 
 _TOP_KEYS = ("clusterName", "provider", "privateCidr", "os", "controller", "computePools",
-             "partitions", "slurmConf", "local")
-_POOL_KEYS = ("name", "count", "gpuType", "gpuCount")
+             "partitions", "slurmConf", "local", "elastic", "storage", "accounting", "users",
+             "configure")
+_POOL_KEYS = ("name", "count", "elasticCount", "gpuType", "gpuCount", "shape")
+_ELASTIC_KEYS = ("suspendTime", "suspendTimeout", "resumeTimeout", "resumeRate", "suspendRate",
+                 "bootTime", "reconcileInterval")
+_STORAGE_KEYS = ("backend", "server", "paths")
+_ACCOUNTING_KEYS = ("database", "accounts", "qos", "prune")
+_DATABASE_KEYS = ("host", "port", "name", "user")
+_ACCOUNT_KEYS = ("name", "users", "fairshare", "qos", "defaultQos", "description")
+_QOS_KEYS = ("name", "priority", "limits", "description")
+# sacctmgr QOS fields metalslurm passes through; anything else is most likely a typo.
+QOS_LIMIT_FIELDS = (
+    "Flags", "GraceTime", "GrpJobs", "GrpJobsAccrue", "GrpSubmitJobs", "GrpTRES", "GrpTRESMins",
+    "GrpTRESRunMins", "GrpWall", "MaxJobsAccruePerUser", "MaxJobsPerAccount", "MaxJobsPerUser",
+    "MaxSubmitJobsPerAccount", "MaxSubmitJobsPerUser", "MaxTRESMinsPerJob", "MaxTRESPerAccount",
+    "MaxTRESPerJob", "MaxTRESPerNode", "MaxTRESPerUser", "MaxWall", "MinPrioThreshold",
+    "MinTRESPerJob", "Preempt", "PreemptExemptTime", "PreemptMode", "UsageFactor",
+    "UsageThreshold")
+# Directories a shared file system must never be mounted over.
+SYSTEM_PATHS = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc",
+                "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var")
 _PARTITION_KEYS = ("name", "pools", "default", "maxTime", "options")
 
 
@@ -228,7 +356,11 @@ def _parse_pools(c: _Collector, raw: Mapping[str, Any]) -> list[ComputePool]:
         name = c.string(item, "name", f"{pkey}.name", pattern=POOL_NAME_RE,
                         what="lower-case letters, digits and '-', starting with a letter, "
                         "at most 16 characters")
-        count = c.integer(item, "count", f"{pkey}.count", default=None, minimum=0, maximum=1000)
+        count = c.integer(item, "count", f"{pkey}.count", default=None, minimum=0,
+                          maximum=MAX_NODES_PER_POOL)
+        elastic = c.integer(item, "elasticCount", f"{pkey}.elasticCount", default=0, minimum=0,
+                            maximum=MAX_NODES_PER_POOL)
+        shape = c.string(item, "shape", f"{pkey}.shape", default="")
         gpu_count = c.integer(item, "gpuCount", f"{pkey}.gpuCount", default=0, minimum=0,
                               maximum=MAX_GPUS_PER_NODE)
         gpu_type = item.get("gpuType")
@@ -242,11 +374,17 @@ def _parse_pools(c: _Collector, raw: Mapping[str, Any]) -> list[ComputePool]:
         elif gpu_type is not None and gpu_count == 0:
             c.problem(f"{pkey}.gpuCount", f"pool has gpuType {gpu_type!r} but gpuCount 0; "
                       f"set 1 to {MAX_GPUS_PER_NODE}")
-        if name is not None and count is not None and gpu_count is not None:
-            pools.append(ComputePool(name, count, gpu_type, gpu_count))
+        if count is not None and elastic is not None and count + elastic > MAX_NODES_PER_POOL:
+            c.problem(f"{pkey}.elasticCount", f"count + elasticCount is {count + elastic}; a "
+                      f"pool has at most {MAX_NODES_PER_POOL} nodes (split it into two pools)")
+        if (name is not None and count is not None and gpu_count is not None
+                and elastic is not None):
+            pools.append(ComputePool(name, count, gpu_type, gpu_count, elastic_count=elastic,
+                                     shape=shape or None))
     c.duplicates(key, [p.name for p in pools], "pool name")
-    if pools and sum(p.count for p in pools) == 0:
-        c.problem(key, "the cluster needs at least one compute node (every count is 0)")
+    if pools and sum(p.count + p.elastic_count for p in pools) == 0:
+        c.problem(key, "the cluster needs at least one compute node (every count and "
+                  "elasticCount is 0)")
     return pools
 
 
@@ -283,6 +421,175 @@ def _parse_partitions(c: _Collector, raw: Mapping[str, Any],
     return parts
 
 
+def _parse_elastic(c: _Collector, raw: Mapping[str, Any], provider: str | None,
+                   pools: list[ComputePool]) -> ElasticSettings:
+    key = _key("elastic")
+    item = c.mapping(raw, "elastic", key)
+    c.unknown_keys(item, _ELASTIC_KEYS, key)
+    prov = provider if provider in PROVIDER_BOOT_SECONDS else "local"
+
+    def seconds(name: str, default: int, minimum: int = 1, maximum: int = 86400 * 30) -> int:
+        value = c.integer(item, name, f"{key}.{name}", default=default, minimum=minimum,
+                          maximum=maximum)
+        return default if value is None else value
+
+    settings = ElasticSettings(
+        suspend_time=seconds("suspendTime", 600),
+        suspend_timeout=seconds("suspendTimeout", PROVIDER_SUSPEND_TIMEOUT[prov]),
+        resume_timeout=seconds("resumeTimeout", PROVIDER_RESUME_TIMEOUT[prov]),
+        resume_rate=seconds("resumeRate", 100, minimum=0, maximum=100000),
+        suspend_rate=seconds("suspendRate", 100, minimum=0, maximum=100000),
+        boot_time=seconds("bootTime", PROVIDER_BOOT_SECONDS[prov]),
+        reconcile_interval=seconds("reconcileInterval", 60, minimum=10, maximum=3600),
+    )
+    if not any(p.elastic_count for p in pools):
+        return settings
+    if settings.resume_timeout <= settings.boot_time:
+        c.problem(f"{key}.resumeTimeout", f"{settings.resume_timeout} s does not exceed the "
+                  f"node boot time ({key}.bootTime {settings.boot_time} s): Slurm would mark "
+                  "every resuming node DOWN before it boots; raise resumeTimeout")
+    if settings.suspend_time < settings.boot_time:
+        c.problem(f"{key}.suspendTime", f"{settings.suspend_time} s is below the node boot time "
+                  f"({key}.bootTime {settings.boot_time} s): nodes would be powered off and on "
+                  "again between jobs for longer than they are idle; raise suspendTime")
+    return settings
+
+
+def _parse_storage(c: _Collector, raw: Mapping[str, Any]) -> StorageSettings:
+    key = _key("storage")
+    item = c.mapping(raw, "storage", key)
+    c.unknown_keys(item, _STORAGE_KEYS, key)
+    backend = c.string(item, "backend", f"{key}.backend", default="nfs", choices=STORAGE_BACKENDS)
+    server = c.string(item, "server", f"{key}.server", default="nfs", pattern=NODE_NAME_RE,
+                      what="a host name: lower-case letters, digits and '-'")
+    paths = item.get("paths", ["/home", "/shared"])
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        c.problem(f"{key}.paths", "must be a list of absolute directory paths")
+        paths = []
+    for p in paths:
+        if not MOUNT_PATH_RE.match(p) or "//" in p or p.endswith("/") or "/." in p:
+            c.problem(f"{key}.paths", f"{p!r} is not a plain absolute path such as /shared")
+        elif p in SYSTEM_PATHS or any(p.startswith(f"{s}/") for s in SYSTEM_PATHS
+                                      if s not in ("/", "/opt")):
+            c.problem(f"{key}.paths", f"{p!r} is a system directory; share a path such as "
+                      "/home, /shared or /data")
+    c.duplicates(f"{key}.paths", list(paths), "path")
+    for a in paths:
+        for b in paths:
+            if a != b and b.startswith(a + "/"):
+                c.problem(f"{key}.paths", f"{b!r} is inside {a!r}: export one or the other")
+    if backend == "nfs" and not paths:
+        c.problem(f"{key}.paths", "backend nfs needs at least one path")
+    return StorageSettings(backend=backend or "nfs", server=server or "nfs", paths=tuple(paths))
+
+
+def _string_list(c: _Collector, item: Mapping[str, Any], name: str, key: str,
+                 pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+    value = item.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        c.problem(key, f"must be a list of {what}")
+        return ()
+    for v in value:
+        if not pattern.match(v):
+            c.problem(key, f"{v!r} is not a valid {what}")
+    c.duplicates(key, list(value), what)
+    return tuple(value)
+
+
+def _parse_qos(c: _Collector, value: Any, key: str) -> list[Qos]:
+    if value in (None, []):
+        return []
+    found = []
+    for qkey, item in c.mappings(value, key, _QOS_KEYS, "QOS, each with a name"):
+        name = c.string(item, "name", f"{qkey}.name", pattern=ACCOUNT_NAME_RE,
+                        what="lower-case letters, digits, '_', '.' and '-'")
+        priority = c.integer(item, "priority", f"{qkey}.priority", default=0, minimum=0,
+                             maximum=2**31 - 1)
+        limits = c.mapping(item, "limits", f"{qkey}.limits")
+        for field_name, limit in limits.items():
+            if field_name not in QOS_LIMIT_FIELDS:
+                c.problem(f"{qkey}.limits.{field_name}", "not a QOS field metalslurm knows; "
+                          f"use one of: {', '.join(QOS_LIMIT_FIELDS)}")
+            elif (isinstance(limit, bool) or not isinstance(limit, (str, int))
+                  or any(ch.isspace() for ch in str(limit)) or str(limit) == ""):
+                c.problem(f"{qkey}.limits.{field_name}", f"{limit!r} must be a number or a "
+                          "string without spaces, e.g. gres/gpu=43200")
+        description = c.string(item, "description", f"{qkey}.description", default="")
+        if name is not None and priority is not None:
+            found.append(Qos(name, priority, dict(limits), description or ""))
+    c.duplicates(key, [q.name for q in found], "QOS name")
+    return found
+
+
+def _parse_accounting(c: _Collector, raw: Mapping[str, Any]) -> AccountingSettings:
+    key = _key("accounting")
+    item = c.mapping(raw, "accounting", key)
+    c.unknown_keys(item, _ACCOUNTING_KEYS, key)
+    db = c.mapping(item, "database", f"{key}.database")
+    c.unknown_keys(db, _DATABASE_KEYS, f"{key}.database")
+    db_host = c.string(db, "host", f"{key}.database.host", default="",
+                       pattern=re.compile(r"^[A-Za-z0-9.-]*$"), what="a host name or address")
+    db_port = c.integer(db, "port", f"{key}.database.port", default=3306, minimum=1,
+                        maximum=65535)
+    db_name = c.string(db, "name", f"{key}.database.name", default="slurm_acct_db",
+                       pattern=re.compile(r"^[A-Za-z0-9_]{1,64}$"),
+                       what="letters, digits and '_'")
+    db_user = c.string(db, "user", f"{key}.database.user", default="slurm",
+                       pattern=re.compile(r"^[A-Za-z0-9_]{1,32}$"),
+                       what="letters, digits and '_'")
+    qos = _parse_qos(c, item.get("qos"), f"{key}.qos")
+    known_qos = {q.name for q in qos} | {"normal"}
+    accounts: list[Account] = []
+    raw_accounts = item.get("accounts")
+    if raw_accounts not in (None, []):
+        for akey, acc in c.mappings(raw_accounts, f"{key}.accounts", _ACCOUNT_KEYS,
+                                    "accounts, each with a name"):
+            name = c.string(acc, "name", f"{akey}.name", pattern=ACCOUNT_NAME_RE,
+                            what="lower-case letters, digits, '_', '.' and '-'")
+            if name == "root":
+                c.problem(f"{akey}.name", "'root' is Slurm's own top account; choose another "
+                          "name")
+            users = _string_list(c, acc, "users", f"{akey}.users", USER_NAME_RE, "user name")
+            fairshare = c.integer(acc, "fairshare", f"{akey}.fairshare", default=1, minimum=1,
+                                  maximum=2**31 - 1)
+            acc_qos = _string_list(c, acc, "qos", f"{akey}.qos", ACCOUNT_NAME_RE, "QOS name")
+            for q in acc_qos:
+                if q not in known_qos:
+                    c.problem(f"{akey}.qos", f"{q!r} is not defined in {key}.qos (defined: "
+                              f"{', '.join(sorted(known_qos))})")
+            default_qos = acc.get("defaultQos")
+            if default_qos is not None and default_qos not in (acc_qos or ("normal",)):
+                c.problem(f"{akey}.defaultQos", f"{default_qos!r} must be one of the account's "
+                          f"qos: {', '.join(acc_qos or ('normal',))}")
+            description = c.string(acc, "description", f"{akey}.description", default="")
+            if name is not None and fairshare is not None:
+                accounts.append(Account(name, users, fairshare, acc_qos, default_qos,
+                                        description or ""))
+        c.duplicates(f"{key}.accounts", [a.name for a in accounts], "account name")
+    prune = c.boolean(item, "prune", f"{key}.prune", True)
+    return AccountingSettings(database_host=db_host or None, database_port=db_port or 3306,
+                              database_name=db_name or "slurm_acct_db",
+                              database_user=db_user or "slurm", accounts=tuple(accounts),
+                              qos=tuple(qos), prune=prune)
+
+
+def _parse_users(c: _Collector, raw: Mapping[str, Any]) -> list[UnixUser]:
+    key = _key("users")
+    value = raw.get("users")
+    if value in (None, []):
+        return []
+    users = []
+    for ukey, item in c.mappings(value, key, ("name", "uid"), "users, each with name and uid"):
+        name = c.string(item, "name", f"{ukey}.name", pattern=USER_NAME_RE,
+                        what="a login name: lower-case letters, digits, '_' and '-'")
+        uid = c.integer(item, "uid", f"{ukey}.uid", default=None, minimum=1000, maximum=59999)
+        if name is not None and uid is not None:
+            users.append(UnixUser(name, uid))
+    c.duplicates(key, [u.name for u in users], "user name")
+    c.duplicates(key, [str(u.uid) for u in users], "uid")
+    return users
+
+
 def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") -> ClusterConfig:
     """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``)."""
     c = _Collector()
@@ -312,6 +619,11 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
     pools = _parse_pools(c, raw)
     partitions = _parse_partitions(c, raw, pools)
     slurm_conf = c.mapping(raw, "slurmConf", _key("slurmConf"))
+    elastic = _parse_elastic(c, raw, provider, pools)
+    storage = _parse_storage(c, raw)
+    accounting = _parse_accounting(c, raw)
+    users = _parse_users(c, raw)
+    configure = c.boolean(raw, "configure", _key("configure"), False)
 
     local_raw = c.mapping(raw, "local", _key("local"))
     c.unknown_keys(local_raw, ("imageSource", "mirror"), _key("local"))
@@ -325,9 +637,11 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
     node_names = [n for p in pools for n in p.node_names()]
     if controller_name is not None:
         node_names.append(controller_name)
+    if storage.backend == "nfs":
+        node_names.append(storage.server)
     for dup in sorted({n for n in node_names if node_names.count(n) > 1}):
         c.problem(_key("computePools"), f"node name {dup!r} would be used by two nodes; "
-                  "rename the controller or the pool")
+                  "rename the controller, the storage server or the pool")
     for n in node_names:
         if not NODE_NAME_RE.match(n):
             c.problem(_key("computePools"), f"node name {n!r} is not a valid Slurm node/host name")
@@ -350,6 +664,11 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
         partitions=tuple(partitions),
         slurm_conf=dict(slurm_conf),
         local=LocalSettings(image_source=image_source, mirror=mirror),
+        elastic=elastic,
+        storage=storage,
+        accounting=accounting,
+        users=tuple(users),
+        configure=configure,
     )
 
 

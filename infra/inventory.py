@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE
+from infra.config import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE, ClusterConfig
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
@@ -68,6 +68,29 @@ class NodeSpec:
                 hv["metalslurm_power"] = dict(self.power)
         hv.update(self.extra_vars)
         return hv
+
+
+def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
+    """The ``all`` vars of the inventory that come from the stack config.
+
+    The same for every provider; a provider adds its connection settings.
+    """
+    compute = [s.name for s in specs if "slurm_compute" in s.groups]
+    pool_of = {n: p.name for p in cfg.compute_pools for n in p.node_names()}
+    partitions = []
+    for part in cfg.partitions:
+        nodes = [n for n in compute if not part.pools or pool_of[n] in part.pools]
+        partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
+                           "max_time": part.max_time, "options": dict(part.options)})
+    return {
+        "metalslurm_cluster_name": cfg.cluster_name,
+        "metalslurm_provider": cfg.provider,
+        "metalslurm_private_cidr": str(cfg.private_cidr),
+        "metalslurm_os": cfg.os,
+        "metalslurm_shared_storage": "none",
+        "metalslurm_partitions": partitions,
+        "metalslurm_slurm_conf": dict(cfg.slurm_conf),
+    }
 
 
 class InventoryError(ValueError):

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from infra.config import ClusterConfig
-from infra.inventory import NodeSpec, build_inventory
+from infra.inventory import NodeSpec, build_inventory, cluster_vars
 from infra.providers.podman import PodmanError, containers, networks, podman
 
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
@@ -70,26 +70,6 @@ def container_name(cfg: ClusterConfig, node: str) -> str:
 
 def network_name(cfg: ClusterConfig) -> str:
     return f"{cfg.cluster_name}-net"
-
-
-def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
-    """The ``all`` vars of the inventory (provider-independent part)."""
-    compute = [s.name for s in specs if "slurm_compute" in s.groups]
-    pool_of = {n: p.name for p in cfg.compute_pools for n in p.node_names()}
-    partitions = []
-    for part in cfg.partitions:
-        nodes = [n for n in compute if not part.pools or pool_of[n] in part.pools]
-        partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
-                           "max_time": part.max_time, "options": dict(part.options)})
-    return {
-        "metalslurm_cluster_name": cfg.cluster_name,
-        "metalslurm_provider": cfg.provider,
-        "metalslurm_private_cidr": str(cfg.private_cidr),
-        "metalslurm_os": cfg.os,
-        "metalslurm_shared_storage": "none",
-        "metalslurm_partitions": partitions,
-        "metalslurm_slurm_conf": dict(cfg.slurm_conf),
-    }
 
 
 @dataclass

@@ -37,6 +37,41 @@ def test_pools_and_partitions_are_read():
     assert cfg.os == "debian12"
 
 
+def test_elastic_nodes_follow_the_static_ones():
+    cfg = parse_config(ms(computePools=[{"name": "gpu", "count": 2, "elasticCount": 3,
+                                         "gpuType": "h100", "gpuCount": 8}]))
+    pool = cfg.compute_pools[0]
+    assert pool.static_names() == ["gpu-001", "gpu-002"]
+    assert pool.elastic_names() == ["gpu-003", "gpu-004", "gpu-005"]
+    assert cfg.elastic_node_names() == ["gpu-003", "gpu-004", "gpu-005"]
+    assert cfg.compute_node_names()[-1] == "gpu-005"
+
+
+def test_power_saving_defaults_follow_the_provider():
+    cfg = parse_config(ms(computePools=[{"name": "gpu", "count": 0, "elasticCount": 1}]))
+    assert (cfg.elastic.boot_time, cfg.elastic.resume_timeout) == (15, 120)
+    assert cfg.elastic.resume_timeout > cfg.elastic.boot_time
+    assert cfg.elastic.suspend_time >= cfg.elastic.boot_time
+
+
+def test_accounting_storage_and_users_are_read():
+    cfg = parse_config(ms(
+        storage={"paths": ["/home", "/shared", "/data"]},
+        accounting={"qos": [{"name": "team-a-gpu", "priority": 10,
+                             "limits": {"GrpTRESMins": "gres/gpu=43200"}}],
+                    "accounts": [{"name": "team-a", "users": ["alice"], "fairshare": 100,
+                                  "qos": ["normal", "team-a-gpu"], "defaultQos": "normal"}]},
+        users=[{"name": "alice", "uid": 2001}]))
+    assert cfg.storage.paths == ("/home", "/shared", "/data")
+    assert cfg.storage.server == "nfs"
+    acc = cfg.accounting.accounts[0]
+    assert (acc.name, acc.users, acc.fairshare, acc.qos) == (
+        "team-a", ("alice",), 100, ("normal", "team-a-gpu"))
+    assert cfg.accounting.qos[0].limits == {"GrpTRESMins": "gres/gpu=43200"}
+    assert cfg.accounting.database_host is None
+    assert cfg.users[0].uid == 2001
+
+
 def test_other_namespaces_are_ignored():
     assert parse_config({"oci:region": "x", "metalslurm:clusterName": "abc"}).cluster_name == "abc"
 
@@ -81,6 +116,41 @@ BAD = [
      "metalslurm:privateCidr", "room for"),
     (ms(local={"imageSource": "floppy"}), "metalslurm:local.imageSource", "allowed values"),
     (ms(gpus=3), "metalslurm.gpus", "unknown key"),
+    (ms(computePools=[{"name": "gpu", "count": 1, "elasticCount": -2}]),
+     "metalslurm:computePools[0].elasticCount", "at least 0"),
+    (ms(computePools=[{"name": "gpu", "count": 600, "elasticCount": 600}],
+        privateCidr="10.0.0.0/16"),
+     "metalslurm:computePools[0].elasticCount", "at most 1000"),
+    (ms(computePools=[{"name": "gpu", "count": 0, "elasticCount": 2}],
+        elastic={"resumeTimeout": 10, "bootTime": 60, "suspendTime": 600}),
+     "metalslurm:elastic.resumeTimeout", "does not exceed the node boot time"),
+    (ms(computePools=[{"name": "gpu", "count": 0, "elasticCount": 2}],
+        elastic={"suspendTime": 30, "bootTime": 60}),
+     "metalslurm:elastic.suspendTime", "below the node boot time"),
+    (ms(elastic={"suspendtime": 30}), "metalslurm:elastic.suspendtime", "unknown key"),
+    (ms(storage={"backend": "lustre"}), "metalslurm:storage.backend", "allowed values"),
+    (ms(storage={"paths": ["/etc/shared"]}), "metalslurm:storage.paths", "system directory"),
+    (ms(storage={"paths": ["home"]}), "metalslurm:storage.paths", "plain absolute path"),
+    (ms(storage={"paths": ["/home", "/home/ckpt"]}), "metalslurm:storage.paths", "inside"),
+    (ms(storage={"server": "ctl"}), "metalslurm:computePools", "two nodes"),
+    (ms(accounting={"accounts": [{"name": "team-a", "qos": ["gold"]}]}),
+     "metalslurm:accounting.accounts[0].qos", "not defined"),
+    (ms(accounting={"accounts": [{"name": "root"}]}),
+     "metalslurm:accounting.accounts[0].name", "Slurm's own top account"),
+    (ms(accounting={"accounts": [{"name": "a", "users": ["Alice Smith"]}]}),
+     "metalslurm:accounting.accounts[0].users", "not a valid user name"),
+    (ms(accounting={"accounts": [{"name": "a", "qos": ["normal"], "defaultQos": "gpu"}]}),
+     "metalslurm:accounting.accounts[0].defaultQos", "must be one of"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"GrpGPUHours": 720}}]}),
+     "metalslurm:accounting.qos[0].limits.GrpGPUHours", "not a QOS field"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"GrpTRESMins": "gres/gpu = 1"}}]}),
+     "metalslurm:accounting.qos[0].limits.GrpTRESMins", "without spaces"),
+    (ms(accounting={"qos": [{"name": "gpu"}, {"name": "gpu"}]}),
+     "metalslurm:accounting.qos", "more than once"),
+    (ms(users=[{"name": "alice", "uid": 2001}, {"name": "bob", "uid": 2001}]),
+     "metalslurm:users", "uid '2001' is used more than once"),
+    (ms(users=[{"name": "alice", "uid": 0}]), "metalslurm:users[0].uid", "at least 1000"),
+    (ms(configure="yes"), "metalslurm:configure", "true or false"),
 ]
 
 

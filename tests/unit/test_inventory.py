@@ -10,10 +10,11 @@ from infra.inventory import (
     InventoryError,
     NodeSpec,
     build_inventory,
+    cluster_vars,
     inventory_problems,
     inventory_view,
 )
-from infra.providers.local import cluster_vars, node_specs
+from infra.providers.local import node_specs
 
 
 @pytest.fixture
