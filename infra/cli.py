@@ -59,6 +59,17 @@ def _local_cluster(stack_file: Path):
     return LocalCluster(cfg=cfg, state_dir=state_dir_for(stack_file), log=say)
 
 
+def storage_summary(cluster) -> str:
+    mode = cluster.shared_storage
+    paths = ", ".join(cluster.cfg.storage.paths)
+    if mode == "nfs":
+        return f"nfs from node {cluster.cfg.storage.server} ({paths})"
+    if mode == "host-bind":
+        return (f"host-bind: this kernel has no NFS, so {paths} are host directories under "
+                f"{cluster.shared_dir} bind-mounted into every node")
+    return "none"
+
+
 def cmd_local_up(args: argparse.Namespace) -> int:
     from infra.configure import print_summary, run_playbook
     from infra.providers.images import ensure_image
@@ -74,6 +85,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         inventory = cluster.provision(image)
         for row in cluster.status():
             say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")
+        say(f"    shared storage: {storage_summary(cluster)}")
         say(f"    inventory: {inventory}")
     rc = 0
     if not args.no_configure:
@@ -151,6 +163,46 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report_usage(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from infra import report
+
+    try:
+        now = datetime.now()
+        start, end = report.default_window(now)
+        if args.start:
+            start = report.parse_time(args.start, now)
+        if args.end:
+            end = report.parse_time(args.end, now)
+        if end <= start:
+            raise report.ReportError(f"--end {end:%Y-%m-%dT%H:%M:%S} is not after --start "
+                                     f"{start:%Y-%m-%dT%H:%M:%S}")
+        prices = (report.parse_prices(args.price, args.prices)
+                  if args.price or args.prices else None)
+        command = report.sacct_command(start, end)
+        if args.from_file:
+            text = args.from_file.read_text()
+        elif args.inventory:
+            text = report.fetch_ansible(command, args.inventory)
+        elif args.stack:
+            from infra.providers.local import container_name
+
+            cfg = load_stack_file(args.stack)
+            text = report.fetch_podman(command, container_name(cfg, cfg.controller_name))
+        else:
+            text = report.fetch_local(command)
+        rows = report.usage_from_sacct(text, start, end)
+    except report.ReportError as exc:
+        say(f"error: {exc}")
+        return EXIT_CONFIG
+    if args.csv:
+        sys.stdout.write(report.format_csv(rows, prices))
+    else:
+        sys.stdout.write(report.format_text(rows, prices, start, end))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="metalslurm",
                                      description="metalslurm: the operator command line")
@@ -196,6 +248,30 @@ def build_parser() -> argparse.ArgumentParser:
     validate = config_sub.add_parser("validate", help="check a stack config file")
     validate.add_argument("stack_file", type=Path)
     validate.set_defaults(func=cmd_config_validate)
+
+    rep = sub.add_parser("report", help="reports from Slurm accounting")
+    rep_sub = rep.add_subparsers(dest="report_command", required=True)
+    usage = rep_sub.add_parser(
+        "usage", help="GPU-hours per user and account from sacct, optionally priced",
+        description="GPU-hours per user and account over a time window (default: this month), "
+        "from sacct on the controller; with prices, a chargeback table.")
+    usage.add_argument("--start", help="window start: YYYY-MM-DD[THH:MM[:SS]], now-7days, "
+                       "today (default: the 1st of this month)")
+    usage.add_argument("--end", help="window end, same forms (default: now)")
+    source = usage.add_mutually_exclusive_group()
+    source.add_argument("-i", "--inventory", type=Path,
+                        help="run sacct on the inventory's slurm_controller through Ansible")
+    source.add_argument("--stack", type=Path,
+                        help="run sacct on this local cluster's controller (podman exec)")
+    source.add_argument("--from-file", type=Path,
+                        help="read recorded output of the sacct command instead")
+    usage.add_argument("--price", action="append", default=[], metavar="TYPE=PRICE",
+                       help="price per GPU-hour of a GPU type (h100=4.21); 'default=PRICE' "
+                       "for GPUs without a type; repeatable")
+    usage.add_argument("--prices", type=Path, metavar="FILE",
+                       help="YAML mapping of GPU type to price per GPU-hour")
+    usage.add_argument("--csv", action="store_true", help="CSV instead of a text table")
+    usage.set_defaults(func=cmd_report_usage)
     return parser
 
 

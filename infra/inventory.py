@@ -35,6 +35,10 @@ from infra.config import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE, ClusterConf
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
+# nfs: exported by the nfs_server host, mounted by the others; host-bind: the local
+# provider bind-mounts one host directory per path into every node (kernels without
+# NFS); none: no shared file system.
+SHARED_STORAGE = ("nfs", "host-bind", "none")
 
 
 @dataclass(frozen=True)
@@ -82,14 +86,30 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         nodes = [n for n in compute if not part.pools or pool_of[n] in part.pools]
         partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
                            "max_time": part.max_time, "options": dict(part.options)})
+    acct = cfg.accounting
     return {
         "metalslurm_cluster_name": cfg.cluster_name,
         "metalslurm_provider": cfg.provider,
         "metalslurm_private_cidr": str(cfg.private_cidr),
         "metalslurm_os": cfg.os,
-        "metalslurm_shared_storage": "none",
+        "metalslurm_shared_storage": cfg.storage.backend,
+        "metalslurm_shared_paths": list(cfg.storage.paths) if cfg.storage.backend != "none"
+        else [],
         "metalslurm_partitions": partitions,
         "metalslurm_slurm_conf": dict(cfg.slurm_conf),
+        "metalslurm_users": [{"name": u.name, "uid": u.uid} for u in cfg.users],
+        "metalslurm_accounting": {
+            "database_host": acct.database_host or "",
+            "database_port": acct.database_port,
+            "database_name": acct.database_name,
+            "database_user": acct.database_user,
+            "prune": acct.prune,
+            "qos": [{"name": q.name, "priority": q.priority, "limits": dict(q.limits),
+                     "description": q.description} for q in acct.qos],
+            "accounts": [{"name": a.name, "users": list(a.users), "fairshare": a.fairshare,
+                          "qos": list(a.qos), "default_qos": a.default_qos,
+                          "description": a.description} for a in acct.accounts],
+        },
     }
 
 
@@ -162,6 +182,14 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     if len(nfs) > 1:
         problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
                         "use zero or one")
+    first = (controllers or compute or [""])[0]
+    storage = _get(hostvars, first, "metalslurm_shared_storage", "none")
+    if storage not in SHARED_STORAGE:
+        problems.append(f"metalslurm_shared_storage {storage!r} is not one of "
+                        f"{', '.join(SHARED_STORAGE)}")
+    elif storage == "nfs" and len(nfs) != 1:
+        problems.append("metalslurm_shared_storage is nfs but group nfs_server is empty: put "
+                        "the NFS server host in it, or set metalslurm_shared_storage: none")
 
     all_hosts = sorted({h for g in GROUPS for h in (groups.get(g) or [])})
     seen_lower: dict[str, str] = {}

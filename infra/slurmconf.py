@@ -119,3 +119,19 @@ def render_conf(settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] 
     if partitions:
         out += ["", "# Partitions"] + partition_lines(partitions)
     return "\n".join(out) + "\n"
+
+
+def mount_unit_name(path: str) -> str:
+    """systemd's unit name for a mount point (``systemd-escape --path --suffix=mount``)."""
+    if not path.startswith("/") or path == "/":
+        raise SlurmConfError(f"{path!r} is not an absolute mount point below /")
+    text = "/".join(p for p in path.split("/") if p)
+    out = ""
+    for i, ch in enumerate(text):
+        if ch == "/":
+            out += "-"
+        elif (ch.isascii() and ch.isalnum()) or ch in ":_" or (ch == "." and i > 0):
+            out += ch
+        else:
+            out += "".join(f"\\x{b:02x}" for b in ch.encode())
+    return out + ".mount"

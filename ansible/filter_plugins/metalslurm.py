@@ -32,7 +32,8 @@ def _hostvar(hostvars: Any, host: str, key: str, default: Any = None) -> Any:
 def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]:
     """The inventory contract's broken rules, one sentence each (empty list = valid)."""
     keys = ("metalslurm_address", "metalslurm_private_cidr", "metalslurm_gpu_count",
-            "metalslurm_gpu_type", "metalslurm_node_state", "metalslurm_partitions")
+            "metalslurm_gpu_type", "metalslurm_node_state", "metalslurm_partitions",
+            "metalslurm_shared_storage")
     names = {h for g in inventory.GROUPS for h in groups.get(g, [])}
     view_hostvars = {h: {k: _hostvar(hostvars, h, k) for k in keys
                          if _hostvar(hostvars, h, k) is not None} for h in names}
@@ -119,6 +120,12 @@ def slurm_records(records: list[dict], first_key: str) -> list[str]:
     return slurmconf.grouped_lines(first_key, records)
 
 
+def mount_unit_name(path: str) -> str:
+    """The systemd mount unit for ``path`` (what ``systemd-escape --path --suffix=mount``
+    prints): ``/home`` -> ``home.mount``, ``/data/ckpt-1`` -> ``data-ckpt\\x2d1.mount``."""
+    return slurmconf.mount_unit_name(path)
+
+
 def _wrap(func):
     def wrapper(*args, **kwargs):
         try:
@@ -140,4 +147,5 @@ class FilterModule:
             "metalslurm_slurm_records": _wrap(slurm_records),
             "metalslurm_partition_lines": _wrap(slurmconf.partition_lines),
             "metalslurm_hostlist": _wrap(slurmconf.compress_hostlist),
+            "metalslurm_mount_unit": _wrap(mount_unit_name),
         }

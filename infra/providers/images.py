@@ -30,7 +30,8 @@ BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "openssh-server"
                  "python3-apt", "procps", "sudo", "ca-certificates")
 # Downloaded (not installed) into the image so the roles' apt tasks find them locally.
 # Only a speed-up: a package missing here is fetched from the mirror by the role.
-PREFETCH_PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
+PREFETCH_PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server",
+                     "python3-pymysql")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 

@@ -48,11 +48,52 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
-    """Controller first, then every compute node, with addresses in the private subnet."""
+def _write_secret(path: Path, make: Callable[[], str]) -> None:
+    """Create ``path`` (mode 0600 from the start) holding ``make()``, unless it exists."""
+    if path.exists():
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(make() + "\n")
+
+
+def kernel_has_nfs(proc_filesystems: Path = Path("/proc/filesystems")) -> bool:
+    """True when this kernel can serve and mount NFS (nfsd and nfs4 registered).
+
+    Containers cannot load kernel modules, so only what is registered already counts.
+    """
+    try:
+        names = {line.split()[-1] for line in proc_filesystems.read_text().splitlines()
+                 if line.strip()}
+    except OSError:
+        return False
+    return {"nfsd", "nfs4"} <= names
+
+
+def storage_mode(cfg: ClusterConfig, proc_filesystems: Path = Path("/proc/filesystems")) -> str:
+    """How the local cluster shares ``cfg.storage.paths``: nfs, host-bind or none.
+
+    ``nfs`` runs a real NFS server node when the host kernel has NFS; on kernels without
+    it the same paths are one host directory each, bind-mounted into every node.
+    """
+    if cfg.storage.backend == "none":
+        return "none"
+    return "nfs" if kernel_has_nfs(proc_filesystems) else "host-bind"
+
+
+def node_specs(cfg: ClusterConfig, shared_storage: str | None = None) -> list[NodeSpec]:
+    """Controller first, then every compute node, with addresses in the private subnet.
+
+    With NFS storage the NFS server node takes the last address of the subnet.
+    """
+    if shared_storage is None:
+        shared_storage = storage_mode(cfg)
     hosts = list(cfg.private_cidr.hosts())
     specs = [NodeSpec(name=cfg.controller_name, address=str(hosts[CONTROLLER_HOST_INDEX - 1]),
                       groups=("slurm_controller", "slurmdbd"))]
+    if shared_storage == "nfs":
+        specs.append(NodeSpec(name=cfg.storage.server, address=str(hosts[-1]),
+                              groups=("nfs_server",)))
     index = CONTROLLER_HOST_INDEX
     for pool in cfg.compute_pools:
         for name in pool.node_names():
@@ -94,8 +135,27 @@ class LocalCluster:
     def munge_key_file(self) -> Path:
         return self.state_dir / "secrets" / "munge.key.b64"
 
+    @property
+    def slurmdbd_password_file(self) -> Path:
+        return self.state_dir / "secrets" / "slurmdbd.password"
+
+    @property
+    def shared_dir(self) -> Path:
+        return self.state_dir / "shared"
+
+    @property
+    def shared_storage(self) -> str:
+        return storage_mode(self.cfg)
+
     def specs(self) -> list[NodeSpec]:
-        return node_specs(self.cfg)
+        return node_specs(self.cfg, self.shared_storage)
+
+    def bind_mounts(self) -> list[tuple[Path, str]]:
+        """(host directory, node path) for every shared path in host-bind mode."""
+        if self.shared_storage != "host-bind":
+            return []
+        return [(self.shared_dir / p.strip("/").replace("/", "_"), p)
+                for p in self.cfg.storage.paths]
 
     # ---- checks that run before anything is created ---------------------------------
 
@@ -134,10 +194,16 @@ class LocalCluster:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
                             f"metalslurm-{self.cfg.cluster_name}", "-f", str(self.ssh_key)],
                            check=True)
-        if not self.munge_key_file.exists():
-            fd = os.open(self.munge_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(base64.b64encode(secrets.token_bytes(1024)).decode() + "\n")
+        _write_secret(self.munge_key_file,
+                      lambda: base64.b64encode(secrets.token_bytes(1024)).decode())
+        _write_secret(self.slurmdbd_password_file, lambda: secrets.token_urlsafe(32))
+
+    def ensure_shared_dirs(self) -> None:
+        """One host directory per shared path (host-bind mode): /home 0755, others 1777."""
+        for host_dir, path in self.bind_mounts():
+            if not host_dir.exists():
+                host_dir.mkdir(parents=True)
+                host_dir.chmod(0o755 if path == "/home" else 0o1777)
 
     def ensure_network(self) -> None:
         name = network_name(self.cfg)
@@ -155,7 +221,9 @@ class LocalCluster:
         name = container_name(self.cfg, spec.name)
         found = containers([f"{LABEL}={self.cfg.cluster_name}", f"metalslurm.node={spec.name}"])
         node_dir = self._node_dir(spec.name)
-        node_env = f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
+        mounts = self.bind_mounts()
+        node_env = (f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
+                    f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n")
         public_key = self.ssh_key.with_suffix(".pub").read_text()
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
         if found and current == (node_env, public_key):
@@ -177,6 +245,8 @@ class LocalCluster:
                 "--label", f"metalslurm.node={spec.name}",
                 "--label", f"metalslurm.groups={','.join(spec.groups)}",
                 "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro"]
+        for host_dir, path in mounts:
+            args += ["-v", f"{host_dir.resolve()}:{path}"]
         for limit in ULIMITS:
             args += ["--ulimit", limit]
         podman(*args, image, "/sbin/init")
@@ -213,6 +283,7 @@ class LocalCluster:
         """Create network and nodes (in parallel) and write the inventory. Safe to re-run."""
         specs = self.specs()
         self.ensure_secrets()
+        self.ensure_shared_dirs()
         self.ensure_network()
         self.remove_nodes_not_in(specs)
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
@@ -229,13 +300,16 @@ class LocalCluster:
             "ansible_ssh_private_key_file": str(self.ssh_key.resolve()),
             "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts.resolve()} "
                                         "-o StrictHostKeyChecking=yes"),
-            # Operator-side file with the base64 munge key; the key itself is never
-            # written into the inventory.
+            # Operator-side files (mode 0600) with the munge key (base64) and the
+            # accounting database password; the secrets themselves are never written
+            # into the inventory.
             "munge_key_b64_file": str(self.munge_key_file.resolve()),
+            "slurmdbd_password_file": str(self.slurmdbd_password_file.resolve()),
         }
 
     def write_inventory(self, specs: list[NodeSpec]) -> None:
         all_vars = cluster_vars(self.cfg, specs)
+        all_vars["metalslurm_shared_storage"] = self.shared_storage
         all_vars.update(self.connection_vars())
         inventory = build_inventory(specs, all_vars)
         header = (f"# Written by 'metalslurm local up' for cluster {self.cfg.cluster_name}.\n"

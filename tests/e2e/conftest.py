@@ -51,3 +51,21 @@ def cluster_containers(cluster_name: str) -> list[str]:
 
 def network_exists(name: str) -> bool:
     return subprocess.run(["podman", "network", "exists", name], check=False).returncode == 0
+
+
+DEBIAN13_STACK = STACKS / "Pulumi.e2e-debian13.yaml"
+
+
+@pytest.fixture(scope="session")
+def debian13_up():
+    """The Debian 13 cluster, brought up once from nothing (leftovers of earlier runs removed
+    first) and shared by the modules that test it; removed at the end of the session."""
+    if os.environ.get("METALSLURM_E2E_REUSE"):
+        # Developer shortcut: test against the cluster a previous 'local up' left running.
+        yield subprocess.CompletedProcess(["local", "up"], 0, "", "")
+        return
+    metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
+    assert cluster_containers("ms-e2e13") == []
+    proc = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
+    yield proc
+    metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))

@@ -1,7 +1,8 @@
 """The default cluster on Debian 13, from nothing to verified, then idempotence and repair.
 
-Tests run in file order and share one cluster (module fixture); the fixture removes
-leftovers of earlier runs first and tears the cluster down at the end.
+Tests run in file order and share one cluster with tests/e2e/test_accounting.py (the
+session fixture ``debian13_up`` removes leftovers of earlier runs first); the last test
+here tears it down.
 """
 
 from __future__ import annotations
@@ -25,12 +26,8 @@ NODES = ["ctl", "gpu-001", "gpu-002"]
 
 
 @pytest.fixture(scope="module")
-def up():
-    metalslurm("local", "down", "--stack", str(STACK))
-    assert cluster_containers(CLUSTER) == []
-    proc = metalslurm("local", "up", "--stack", str(STACK))
-    yield proc
-    metalslurm("local", "down", "--stack", str(STACK))
+def up(debian13_up):
+    return debian13_up
 
 
 def test_bad_config_stops_before_anything_is_created(tmp_path):
@@ -160,7 +157,7 @@ def test_configure_repairs_a_broken_compute_node(up):
         "Restart slurmd",
     ]
     sinfo = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
-                       "sinfo", "--noheader", "--Node", "--format=%N %T")
+                       "sinfo", "--noheader", "--Node", "--partition=train", "--format=%N %T")
     assert sinfo.stdout.split("\n")[:2] == ["gpu-001 idle", "gpu-002 idle"]
 
 

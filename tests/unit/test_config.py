@@ -20,7 +20,12 @@ def test_defaults_are_one_controller_and_two_gpu_nodes():
     assert cfg.controller_name == "ctl"
     assert cfg.compute_node_names() == ["gpu-001", "gpu-002"]
     assert [(p.gpu_type, p.gpu_count) for p in cfg.compute_pools] == [("h100", 8)]
-    assert [(p.name, p.default) for p in cfg.partitions] == [("gpu", True)]
+    # The seed guide's research cluster: debug, train (default), priority (preempts).
+    assert [(p.name, p.default, p.max_time) for p in cfg.partitions] == [
+        ("debug", False, "2:00:00"), ("train", True, "7-00:00:00"),
+        ("priority", False, "30-00:00:00")]
+    assert cfg.partitions[2].options["PriorityTier"] > cfg.partitions[1].options["PriorityTier"]
+    assert (cfg.storage.backend, cfg.storage.paths) == ("nfs", ("/home", "/shared"))
 
 
 def test_pools_and_partitions_are_read():

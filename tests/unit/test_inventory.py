@@ -20,7 +20,7 @@ from infra.providers.local import node_specs
 @pytest.fixture
 def default_inventory():
     cfg = parse_config({})
-    specs = node_specs(cfg)
+    specs = node_specs(cfg, shared_storage="nfs")
     return build_inventory(specs, cluster_vars(cfg, specs))
 
 
@@ -30,7 +30,8 @@ def test_default_local_inventory_shape(default_inventory):
     assert list(children["slurm_controller"]["hosts"]) == ["ctl"]
     assert list(children["slurmdbd"]["hosts"]) == ["ctl"]
     assert list(children["slurm_compute"]["hosts"]) == ["gpu-001", "gpu-002"]
-    assert children["nfs_server"]["hosts"] == {}
+    assert children["nfs_server"]["hosts"] == {"nfs": None}
+    assert top["hosts"]["nfs"]["metalslurm_address"] == "10.77.0.254"
     assert top["hosts"]["ctl"] == {"ansible_host": "10.77.0.10",
                                    "metalslurm_address": "10.77.0.10"}
     assert top["hosts"]["gpu-002"] == {
@@ -38,9 +39,11 @@ def test_default_local_inventory_shape(default_inventory):
         "metalslurm_node_state": "static", "metalslurm_gpu_count": 8,
         "metalslurm_gpu_type": "h100",
         "metalslurm_power": {"driver": "local", "container": "metalslurm-gpu-002"}}
-    assert top["vars"]["metalslurm_partitions"] == [
-        {"name": "gpu", "nodes": ["gpu-001", "gpu-002"], "default": True,
-         "max_time": "UNLIMITED", "options": {}}]
+    assert top["vars"]["metalslurm_partitions"][1] == {
+        "name": "train", "nodes": ["gpu-001", "gpu-002"], "default": True,
+        "max_time": "7-00:00:00", "options": {"PriorityTier": 1}}
+    assert top["vars"]["metalslurm_shared_storage"] == "nfs"
+    assert top["vars"]["metalslurm_shared_paths"] == ["/home", "/shared"]
     assert top["vars"]["metalslurm_private_cidr"] == "10.77.0.0/24"
 
 

@@ -4,13 +4,20 @@ from pathlib import Path
 
 from infra.cli import stack_name, state_dir_for
 from infra.config import parse_config
-from infra.providers.local import LocalCluster, container_name, network_name, node_specs
+from infra.providers.local import (
+    LocalCluster,
+    container_name,
+    kernel_has_nfs,
+    network_name,
+    node_specs,
+    storage_mode,
+)
 
 
 def test_addresses_start_at_dot_ten():
     cfg = parse_config({"metalslurm:privateCidr": "192.168.50.0/24",
                         "metalslurm:clusterName": "lab"})
-    specs = node_specs(cfg)
+    specs = node_specs(cfg, shared_storage="host-bind")
     assert [(s.name, s.address, s.groups) for s in specs] == [
         ("ctl", "192.168.50.10", ("slurm_controller", "slurmdbd")),
         ("gpu-001", "192.168.50.11", ("slurm_compute",)),
@@ -35,3 +42,41 @@ def test_stack_names_follow_pulumi():
     assert stack_name(Path("Pulumi.local.yaml")) == "local"
     assert stack_name(Path("x/Pulumi.e2e-debian12.yaml")) == "e2e-debian12"
     assert state_dir_for(Path("Pulumi.local.yaml")) == Path(".metalslurm/local")
+
+
+# /proc/filesystems of this machine kind's kernel (no NFS) and of a stock Debian 12
+# kernel after 'modprobe nfsd nfs' (recorded by hand; tab-separated as the kernel prints).
+NO_NFS = "nodev\tsysfs\nnodev\ttmpfs\nnodev\toverlay\n\text4\n\tsquashfs\nnodev\tfuse\n"
+WITH_NFS = NO_NFS + "nodev\tnfsd\nnodev\tnfs\nnodev\tnfs4\n"
+
+
+def test_storage_falls_back_to_host_directories_without_kernel_nfs(tmp_path):
+    procfs = tmp_path / "filesystems"
+    procfs.write_text(NO_NFS)
+    cfg = parse_config({})
+    assert not kernel_has_nfs(procfs)
+    assert storage_mode(cfg, procfs) == "host-bind"
+    procfs.write_text(WITH_NFS)
+    assert kernel_has_nfs(procfs)
+    assert storage_mode(cfg, procfs) == "nfs"
+    assert storage_mode(parse_config({"metalslurm:storage": {"backend": "none"}}),
+                        procfs) == "none"
+    assert not kernel_has_nfs(tmp_path / "missing")
+
+
+def test_nfs_mode_adds_the_server_node_at_the_last_address():
+    cfg = parse_config({"metalslurm:privateCidr": "192.168.50.0/24"})
+    nfs = [s for s in node_specs(cfg, shared_storage="nfs") if "nfs_server" in s.groups]
+    assert [(s.name, s.address) for s in nfs] == [("nfs", "192.168.50.254")]
+
+
+def test_host_bind_mounts_one_directory_per_shared_path(tmp_path, monkeypatch):
+    cluster = LocalCluster(cfg=parse_config(
+        {"metalslurm:storage": {"paths": ["/home", "/shared", "/data/ckpt"]}}),
+        state_dir=tmp_path)
+    monkeypatch.setattr(LocalCluster, "shared_storage", property(lambda self: "host-bind"))
+    mounts = cluster.bind_mounts()
+    assert [(d.relative_to(tmp_path).as_posix(), p) for d, p in mounts] == [
+        ("shared/home", "/home"), ("shared/shared", "/shared"), ("shared/data_ckpt", "/data/ckpt")]
+    cluster.ensure_shared_dirs()
+    assert [oct(d.stat().st_mode & 0o7777) for d, _p in mounts] == ["0o755", "0o1777", "0o1777"]

@@ -27,6 +27,21 @@ class Cluster:
     def groups_of(self, host: str) -> list[str]:
         return list(self.hostvars[host].get("group_names", []))
 
+    def var(self, name: str, default=None):
+        """An ``all`` var (the same on every host): read from the controller's view."""
+        return self.hostvars[self.controller].get(name, default)
+
+    @property
+    def shared_storage(self) -> str:
+        return str(self.var("metalslurm_shared_storage", "none"))
+
+    @property
+    def shared_paths(self) -> list[str]:
+        return list(self.var("metalslurm_shared_paths", []) or [])
+
+    def hosts_in(self, group: str) -> list[str]:
+        return sorted(h for h, hv in self.hostvars.items() if group in hv.get("group_names", []))
+
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Cluster:
@@ -37,7 +52,7 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
     controllers = runner.get_hosts("slurm_controller")
     assert len(controllers) == 1, f"inventory {inventory} needs exactly one slurm_controller"
     compute = sorted(runner.get_hosts("slurm_compute"))
-    hostvars = {h: runner.get_variables(h) for h in set(controllers) | set(compute)}
+    hostvars = {h: runner.get_variables(h) for h in runner.get_hosts("all")}
     return Cluster(inventory, controllers[0], compute, hostvars)
 
 
