@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import yaml
 
 NAMESPACE = "metalslurm"
 
-PROVIDERS = ("local",)
+PROVIDERS = ("local", "byo", "oci")
 OPERATING_SYSTEMS = ("debian12", "debian13")
 GPU_TYPES = ("a100", "a10", "b200", "gh200", "h100", "h200", "l4", "l40s", "mi300x")
 IMAGE_SOURCES = ("auto", "registry", "debootstrap")
@@ -198,6 +198,8 @@ class ClusterConfig:
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     users: tuple[UnixUser, ...] = ()
     configure: bool = False
+    byo: ByoSettings | None = None
+    oci: OciSettings | None = None
 
     def compute_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.node_names()]
@@ -299,7 +301,8 @@ class _Collector:
 
 _TOP_KEYS = ("clusterName", "provider", "privateCidr", "os", "controller", "computePools",
              "partitions", "slurmConf", "local", "elastic", "storage", "accounting", "users",
-             "configure")
+             "configure",
+             "byo", "oci", "sshPrivateKey", "bmcCredentials")
 _POOL_KEYS = ("name", "count", "elasticCount", "gpuType", "gpuCount", "shape")
 _ELASTIC_KEYS = ("suspendTime", "suspendTimeout", "resumeTimeout", "resumeRate", "suspendRate",
                  "bootTime", "reconcileInterval")
@@ -388,12 +391,23 @@ def _parse_pools(c: _Collector, raw: Mapping[str, Any]) -> list[ComputePool]:
     return pools
 
 
+# The shared research cluster of the seed guide: a short debug queue (one node per job),
+# the default train queue, and a priority queue whose jobs preempt (requeue) train and
+# debug jobs (PreemptType=preempt/partition_prio compares PriorityTier).
+DEFAULT_PARTITIONS = (
+    Partition("debug", max_time="2:00:00", options={"MaxNodes": 1, "PriorityTier": 1}),
+    Partition("train", default=True, max_time="7-00:00:00", options={"PriorityTier": 1}),
+    Partition("priority", max_time="30-00:00:00",
+              options={"PriorityTier": 2, "PriorityJobFactor": 2}),
+)
+
+
 def _parse_partitions(c: _Collector, raw: Mapping[str, Any],
                       pools: list[ComputePool]) -> list[Partition]:
     key = _key("partitions")
     value = raw.get("partitions")
     if value is None:
-        return [Partition(name="gpu", default=True)]
+        return list(DEFAULT_PARTITIONS)
     pool_names = {p.name for p in pools}
     parts: list[Partition] = []
     for pkey, item in c.mappings(value, key, _PARTITION_KEYS, "partitions, each with a name"):
@@ -624,6 +638,9 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
     accounting = _parse_accounting(c, raw)
     users = _parse_users(c, raw)
     configure = c.boolean(raw, "configure", _key("configure"), False)
+    secrets = {k: _secret_present(c, raw, k) for k in SECRET_KEYS}
+    byo, pools = _parse_byo(c, raw, provider, cidr, controller_name, storage, pools, secrets)
+    oci, pools = _parse_oci(c, raw, provider, cidr, pools, secrets)
 
     local_raw = c.mapping(raw, "local", _key("local"))
     c.unknown_keys(local_raw, ("imageSource", "mirror"), _key("local"))
@@ -669,7 +686,392 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
         accounting=accounting,
         users=tuple(users),
         configure=configure,
+        byo=byo,
+        oci=oci,
     )
+
+# ---- provider byo (existing bare metal) and oci (OCI bare-metal GPU shapes) -------------
+
+BYO_ROLES = ("controller", "nfs", "compute")
+BMC_DRIVERS = ("redfish", "ipmi")
+OCI_ELASTIC_MODES = ("launch-terminate", "start-stop")
+# Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
+# holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
+SECRET_KEYS = ("sshPrivateKey", "bmcCredentials")
+# OCI bare-metal GPU shapes: (GPU type, GPUs per node). CPU shapes (VM./BM.Standard...)
+# have no GPUs.
+OCI_GPU_SHAPES: dict[str, tuple[str, int]] = {
+    "BM.GPU.H100.8": ("h100", 8),
+    "BM.GPU.H200.8": ("h200", 8),
+    "BM.GPU.B200.8": ("b200", 8),
+    "BM.GPU.A100-v2.8": ("a100", 8),
+    "BM.GPU4.8": ("a100", 8),
+    "BM.GPU.A10.4": ("a10", 4),
+    "BM.GPU.L40S.4": ("l40s", 4),
+    "BM.GPU.MI300X.8": ("mi300x", 8),
+}
+OCI_CPU_SHAPE_RE = re.compile(r"^(VM|BM)\.Standard[A-Za-z0-9.]*$")
+OCID_RE = re.compile(r"^ocid1\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9-]*\.[a-z0-9]+$")
+OCI_REGION_RE = re.compile(r"^[a-z]{2}-[a-z]+-\d$")
+_BYO_KEYS = ("sshUser", "bastion", "hosts", "checkHosts")
+_BYO_BASTION_KEYS = ("address", "user")
+_BYO_HOST_KEYS = ("name", "role", "address", "publicAddress", "pool", "elastic", "gpuType",
+                  "gpuCount", "bmc")
+_BMC_KEYS = ("driver", "endpoint", "systemId", "verifyTls", "address", "port")
+_OCI_KEYS = ("region", "compartmentId", "availabilityDomain", "imageId", "vcnCidr",
+             "bastionSubnetCidr", "adminCidr", "sshUser", "sshPublicKey", "controllerShape",
+             "nfsShape", "bastionShape", "elasticMode", "bootVolumeGbs")
+HOST_ADDRESS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+
+
+@dataclass(frozen=True)
+class BmcSettings:
+    """How to power a bring-your-own host: its BMC, by Redfish or IPMI (no credentials)."""
+
+    driver: str
+    endpoint: str
+    system_id: str | None = None
+    verify_tls: bool = True
+    port: int = 623
+
+    def power(self) -> dict[str, Any]:
+        """The inventory's ``metalslurm_power`` mapping (non-secret parameters only)."""
+        if self.driver == "redfish":
+            power: dict[str, Any] = {"driver": "redfish", "endpoint": self.endpoint,
+                                     "verify_tls": self.verify_tls}
+            if self.system_id:
+                power["system_id"] = self.system_id
+            return power
+        return {"driver": "ipmi", "address": self.endpoint, "port": self.port}
+
+
+@dataclass(frozen=True)
+class ByoHost:
+    """An existing machine, given by name and private address."""
+
+    name: str
+    role: str
+    address: str
+    public_address: str | None = None
+    pool: str | None = None
+    elastic: bool = False
+    bmc: BmcSettings | None = None
+
+
+@dataclass(frozen=True)
+class ByoSettings:
+    ssh_user: str = "root"
+    bastion: str | None = None
+    bastion_user: str | None = None
+    hosts: tuple[ByoHost, ...] = ()
+    check_hosts: bool = True
+
+    def host(self, name: str) -> ByoHost:
+        return next(h for h in self.hosts if h.name == name)
+
+
+@dataclass(frozen=True)
+class OciSettings:
+    region: str
+    compartment_id: str
+    availability_domain: str
+    image_id: str
+    vcn_cidr: ipaddress.IPv4Network
+    bastion_subnet_cidr: ipaddress.IPv4Network
+    admin_cidr: ipaddress.IPv4Network
+    ssh_public_key: str
+    ssh_user: str = "ubuntu"
+    controller_shape: str = "VM.Standard.E5.Flex"
+    nfs_shape: str = "VM.Standard.E5.Flex"
+    bastion_shape: str = "VM.Standard.E5.Flex"
+    elastic_mode: str = "launch-terminate"
+    boot_volume_gbs: int = 200
+
+
+def _secret_present(c: _Collector, raw: Mapping[str, Any], name: str) -> bool:
+    """A secret key is present as ``{secure: ...}`` (opaque here); plain text is refused."""
+    if name not in raw or raw[name] is None:
+        return False
+    value = raw[name]
+    if isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str):
+        return True
+    c.problem(_key(name), "is a secret but is stored in plain text; set it with "
+              f"'pulumi config set --secret {_key(name)} ...'")
+    return True
+
+
+def _network(c: _Collector, item: Mapping[str, Any], name: str, key: str,
+             private: bool = True) -> ipaddress.IPv4Network | None:
+    value = c.string(item, name, key)
+    if value is None:
+        return None
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        c.problem(key, f"{value!r} is not a valid network in CIDR notation ({exc})")
+        return None
+    if not isinstance(net, ipaddress.IPv4Network):
+        c.problem(key, f"{value!r} must be an IPv4 network")
+        return None
+    if private and not net.is_private:
+        c.problem(key, f"{value!r} is not a private range")
+        return None
+    return net
+
+
+def _parse_bmc(c: _Collector, value: Any, key: str) -> BmcSettings | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        c.problem(key, "must be a mapping with driver (redfish or ipmi) and endpoint/address")
+        return None
+    c.unknown_keys(value, _BMC_KEYS, key)
+    driver = c.string(value, "driver", f"{key}.driver", choices=BMC_DRIVERS)
+    verify = c.boolean(value, "verifyTls", f"{key}.verifyTls", True)
+    if driver == "redfish":
+        endpoint = c.string(value, "endpoint", f"{key}.endpoint",
+                            pattern=re.compile(r"^https://[A-Za-z0-9.:\[\]-]+(:\d+)?/?$"),
+                            what="the BMC's Redfish URL, e.g. https://10.0.1.21")
+        system_id = c.string(value, "systemId", f"{key}.systemId", default="",
+                             pattern=re.compile(r"^(/redfish/v1/Systems/[^\s]+)?$"),
+                             what="a Redfish system path, e.g. /redfish/v1/Systems/1")
+        if endpoint is None:
+            return None
+        return BmcSettings("redfish", endpoint.rstrip("/"), system_id or None, verify)
+    if driver == "ipmi":
+        address = c.string(value, "address", f"{key}.address", pattern=HOST_ADDRESS_RE,
+                           what="the BMC's address or host name")
+        port = c.integer(value, "port", f"{key}.port", default=623, minimum=1, maximum=65535)
+        if address is None or port is None:
+            return None
+        return BmcSettings("ipmi", address, None, verify, port)
+    return None
+
+
+def _parse_byo(c: _Collector, raw: Mapping[str, Any], provider: str | None,
+               cidr: ipaddress.IPv4Network | None, controller_name: str | None,
+               storage: StorageSettings, pools: list[ComputePool],
+               secrets: Mapping[str, bool]) -> tuple[ByoSettings | None, list[ComputePool]]:
+    """Existing hosts; returns the pools with ``hosts`` set (static hosts first)."""
+    key = _key("byo")
+    has_key = secrets.get("sshPrivateKey", False)
+    has_credentials = secrets.get("bmcCredentials", False)
+    if provider != "byo":
+        if raw.get("byo") is not None:
+            c.problem(key, f"is only read when {_key('provider')} is byo (it is {provider!r})")
+        return None, pools
+    item = c.mapping(raw, "byo", key)
+    if not item:
+        c.problem(key, "is required when the provider is byo: list the hosts")
+        return None, pools
+    c.unknown_keys(item, _BYO_KEYS, key)
+    ssh_user = c.string(item, "sshUser", f"{key}.sshUser", default="root", pattern=USER_NAME_RE,
+                        what="a login name")
+    check = c.boolean(item, "checkHosts", f"{key}.checkHosts", True)
+    bastion = c.mapping(item, "bastion", f"{key}.bastion")
+    c.unknown_keys(bastion, _BYO_BASTION_KEYS, f"{key}.bastion")
+    bastion_address = None
+    if bastion:
+        bastion_address = c.string(bastion, "address", f"{key}.bastion.address",
+                                   pattern=HOST_ADDRESS_RE, what="an address or host name")
+    bastion_user = c.string(bastion, "user", f"{key}.bastion.user", default="",
+                            pattern=re.compile(r"^([a-z_][a-z0-9_-]{0,31})?$"), what="a login")
+    if not has_key:
+        c.problem(_key("sshPrivateKey"), "is required for provider byo: 'pulumi config set "
+                  f"--secret {_key('sshPrivateKey')} < ~/.ssh/id_ed25519'")
+    hosts: list[ByoHost] = []
+    pool_by_name = {p.name: p for p in pools}
+    for hkey, h in c.mappings(item.get("hosts"), f"{key}.hosts", _BYO_HOST_KEYS,
+                              "hosts, each with name, role and address"):
+        name = c.string(h, "name", f"{hkey}.name", pattern=NODE_NAME_RE,
+                        what="a host name: lower-case letters, digits and '-'")
+        role = c.string(h, "role", f"{hkey}.role", default="compute", choices=BYO_ROLES)
+        address = c.string(h, "address", f"{hkey}.address")
+        if address is not None:
+            try:
+                ip = ipaddress.IPv4Address(address)
+            except ValueError:
+                c.problem(f"{hkey}.address", f"{address!r} is not an IPv4 address")
+                address = None
+            else:
+                if cidr is not None and ip not in cidr:
+                    c.problem(f"{hkey}.address", f"{address} is outside {_key('privateCidr')} "
+                              f"{cidr}: every node must be in the private network")
+        public = c.string(h, "publicAddress", f"{hkey}.publicAddress", default="",
+                          pattern=re.compile(r"^([A-Za-z0-9][A-Za-z0-9.-]*)?$"),
+                          what="an address or host name")
+        if public and role == "compute":
+            c.problem(f"{hkey}.publicAddress", "compute nodes get no public address: reach "
+                      f"them through {key}.bastion or the controller")
+        pool_name = h.get("pool")
+        elastic = c.boolean(h, "elastic", f"{hkey}.elastic", False)
+        bmc = _parse_bmc(c, h.get("bmc"), f"{hkey}.bmc")
+        if role == "compute":
+            pool = pool_by_name.get(pool_name) if isinstance(pool_name, str) else None
+            if pool is None:
+                c.problem(f"{hkey}.pool", f"{pool_name!r} is not a pool in "
+                          f"{_key('computePools')}: {', '.join(pool_by_name) or 'none'}")
+            else:
+                gpu_type = h.get("gpuType", pool.gpu_type)
+                gpu_count = h.get("gpuCount", pool.gpu_count)
+                if gpu_type is not None and gpu_type not in GPU_TYPES:
+                    c.problem(f"{hkey}.gpuType", f"{gpu_type!r} is not one of the allowed "
+                              f"values: {', '.join(GPU_TYPES)}")
+                elif (gpu_type, gpu_count) != (pool.gpu_type, pool.gpu_count):
+                    c.problem(f"{hkey}.gpuCount", f"host has {gpu_count} x {gpu_type}, pool "
+                              f"{pool.name!r} is {pool.gpu_count} x {pool.gpu_type}: a pool's "
+                              "nodes are identical; put the host in a matching pool")
+            if elastic and bmc is None:
+                c.problem(f"{hkey}.bmc", "an elastic host needs a power driver: give its BMC "
+                          "(driver redfish with endpoint, or ipmi with address)")
+        else:
+            for extra in ("pool", "elastic", "gpuType", "gpuCount", "bmc"):
+                if extra in h:
+                    c.problem(f"{hkey}.{extra}", f"only compute hosts have {extra}")
+        if name is not None and role is not None and address is not None:
+            hosts.append(ByoHost(name, role, address, public or None,
+                                 pool_name if role == "compute" else None, elastic, bmc))
+    hkey = f"{key}.hosts"
+    c.duplicates(hkey, [h.name for h in hosts], "host name")
+    c.duplicates(hkey, [h.address for h in hosts], "address")
+    controllers = [h.name for h in hosts if h.role == "controller"]
+    if len(controllers) != 1:
+        c.problem(hkey, f"needs exactly one host with role controller, got {len(controllers)}"
+                  + (f" ({', '.join(controllers)})" if controllers else ""))
+    elif controller_name is not None and controllers[0] != controller_name:
+        c.problem(hkey, f"the controller host is named {controllers[0]!r} but "
+                  f"{_key('controller')}.name is {controller_name!r}; make them the same")
+    nfs = [h.name for h in hosts if h.role == "nfs"]
+    if storage.backend == "nfs" and nfs != [storage.server]:
+        c.problem(hkey, f"{_key('storage')}.backend is nfs: give exactly one host with role nfs "
+                  f"named {storage.server!r} (got {', '.join(nfs) or 'none'})")
+    elif storage.backend != "nfs" and nfs:
+        c.problem(hkey, f"hosts with role nfs ({', '.join(nfs)}) but {_key('storage')}.backend "
+                  "is not nfs")
+    if any(h.bmc for h in hosts) and not has_credentials:
+        c.problem(_key("bmcCredentials"), "hosts have a BMC but no credentials are set: "
+                  f"'pulumi config set --secret --path {_key('bmcCredentials')}.default.username"
+                  " ...' (and .password)")
+    out = []
+    for i, pool in enumerate(pools):
+        static = tuple(h.name for h in hosts if h.pool == pool.name and not h.elastic)
+        elastic_hosts = tuple(h.name for h in hosts if h.pool == pool.name and h.elastic)
+        if len(static) != pool.count:
+            c.problem(f"{_key('computePools')}[{i}].count", f"is {pool.count} but {hkey} has "
+                      f"{len(static)} static host(s) in pool {pool.name!r}")
+        if len(elastic_hosts) != pool.elastic_count:
+            c.problem(f"{_key('computePools')}[{i}].elasticCount", f"is {pool.elastic_count} "
+                      f"but {hkey} has {len(elastic_hosts)} elastic host(s) in pool "
+                      f"{pool.name!r}")
+        out.append(replace(pool, hosts=static + elastic_hosts))
+    return ByoSettings(ssh_user or "root", bastion_address, bastion_user or None, tuple(hosts),
+                       check), out
+
+
+def oci_shape_gpus(shape: str) -> tuple[str | None, int] | None:
+    """(GPU type, count) of an OCI shape metalslurm knows, else None."""
+    if shape in OCI_GPU_SHAPES:
+        return OCI_GPU_SHAPES[shape]
+    if OCI_CPU_SHAPE_RE.match(shape):
+        return None, 0
+    return None
+
+
+def _parse_oci(c: _Collector, raw: Mapping[str, Any], provider: str | None,
+               cidr: ipaddress.IPv4Network | None, pools: list[ComputePool],
+               secrets: Mapping[str, bool]) -> tuple[OciSettings | None, list[ComputePool]]:
+    """OCI network plan and shapes; returns the pools with ``shape`` filled in."""
+    key = _key("oci")
+    if provider != "oci":
+        if raw.get("oci") is not None:
+            c.problem(key, f"is only read when {_key('provider')} is oci (it is {provider!r})")
+        return None, pools
+    item = c.mapping(raw, "oci", key)
+    c.unknown_keys(item, _OCI_KEYS, key)
+    if not secrets.get("sshPrivateKey", False):
+        c.problem(_key("sshPrivateKey"), "is required for provider oci (the private half of "
+                  f"{key}.sshPublicKey): 'pulumi config set --secret {_key('sshPrivateKey')} "
+                  "< ~/.ssh/id_ed25519'")
+    region = c.string(item, "region", f"{key}.region", pattern=OCI_REGION_RE,
+                      what="an OCI region such as eu-frankfurt-1")
+    compartment = c.string(item, "compartmentId", f"{key}.compartmentId", pattern=OCID_RE,
+                           what="a compartment OCID (ocid1.compartment.oc1..xxxx)")
+    ad = c.string(item, "availabilityDomain", f"{key}.availabilityDomain",
+                  pattern=re.compile(r"^[A-Za-z0-9]+:[A-Z0-9-]+-AD-\d$"),
+                  what="an availability domain such as Uocm:EU-FRANKFURT-1-AD-1")
+    image = c.string(item, "imageId", f"{key}.imageId", pattern=OCID_RE,
+                     what="an image OCID (ocid1.image.oc1.<region>.xxxx)")
+    ssh_user = c.string(item, "sshUser", f"{key}.sshUser", default="ubuntu",
+                        pattern=USER_NAME_RE, what="a login name")
+    pubkey = c.string(item, "sshPublicKey", f"{key}.sshPublicKey",
+                      pattern=re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-\S+) \S+"),
+                      what="an OpenSSH public key line")
+    shapes = {}
+    for name in ("controllerShape", "nfsShape", "bastionShape"):
+        shapes[name] = c.string(item, name, f"{key}.{name}", default="VM.Standard.E5.Flex",
+                                pattern=OCI_CPU_SHAPE_RE,
+                                what="a CPU shape such as VM.Standard.E5.Flex")
+    mode = c.string(item, "elasticMode", f"{key}.elasticMode", default="launch-terminate",
+                    choices=OCI_ELASTIC_MODES)
+    boot = c.integer(item, "bootVolumeGbs", f"{key}.bootVolumeGbs", default=200, minimum=50,
+                     maximum=32768)
+    vcn = _network(c, item, "vcnCidr", f"{key}.vcnCidr")
+    bastion_net = _network(c, item, "bastionSubnetCidr", f"{key}.bastionSubnetCidr")
+    admin = _network(c, item, "adminCidr", f"{key}.adminCidr", private=False)
+    if vcn is not None and vcn.prefixlen < 16:
+        c.problem(f"{key}.vcnCidr", f"{vcn} is larger than OCI allows for a VCN (/16 at most)")
+    if vcn is not None and cidr is not None and not cidr.subnet_of(vcn):
+        c.problem(f"{key}.vcnCidr", f"{vcn} does not contain {_key('privateCidr')} {cidr}: the "
+                  "private subnet must be inside the VCN")
+    if bastion_net is not None:
+        if vcn is not None and not bastion_net.subnet_of(vcn):
+            c.problem(f"{key}.bastionSubnetCidr", f"{bastion_net} is not inside "
+                      f"{key}.vcnCidr {vcn}")
+        if cidr is not None and bastion_net.overlaps(cidr):
+            c.problem(f"{key}.bastionSubnetCidr", f"{bastion_net} overlaps "
+                      f"{_key('privateCidr')} {cidr}: the bastion's public subnet must be "
+                      "separate from the private one")
+        if bastion_net.prefixlen > 29:
+            c.problem(f"{key}.bastionSubnetCidr", f"{bastion_net} is too small: use a /29 or "
+                      "larger")
+    if admin is not None:
+        if admin.prefixlen == 0:
+            c.problem(f"{key}.adminCidr", "0.0.0.0/0 would open SSH to the whole internet; "
+                      "give your office or VPN range")
+        elif vcn is not None and admin.overlaps(vcn):
+            c.problem(f"{key}.adminCidr", f"{admin} overlaps {key}.vcnCidr {vcn}: it is where "
+                      "operators connect from, outside the VCN")
+    out = []
+    for i, pool in enumerate(pools):
+        pkey = f"{_key('computePools')}[{i}]"
+        shape = pool.shape
+        if shape is None:
+            shape = next((s for s, g in OCI_GPU_SHAPES.items()
+                          if g == (pool.gpu_type, pool.gpu_count)), None)
+            if shape is None:
+                c.problem(f"{pkey}.shape", f"no OCI shape has {pool.gpu_count} x "
+                          f"{pool.gpu_type}; set shape (GPU shapes: "
+                          f"{', '.join(OCI_GPU_SHAPES)})")
+                continue
+        gpus = oci_shape_gpus(shape)
+        if gpus is None:
+            c.problem(f"{pkey}.shape", f"{shape!r} is not a shape metalslurm knows: "
+                      f"{', '.join(OCI_GPU_SHAPES)} or a VM./BM.Standard CPU shape")
+        elif gpus != (pool.gpu_type, pool.gpu_count):
+            c.problem(f"{pkey}.gpuCount", f"pool says {pool.gpu_count} x {pool.gpu_type}, but "
+                      f"shape {shape} has {gpus[1]} x {gpus[0]}")
+        out.append(replace(pool, shape=shape))
+    if c.problems or None in (region, compartment, ad, image, pubkey, vcn, bastion_net, admin):
+        return None, out
+    assert region and compartment and ad and image and pubkey and vcn and bastion_net and admin
+    return OciSettings(
+        region=region, compartment_id=compartment, availability_domain=ad, image_id=image,
+        vcn_cidr=vcn, bastion_subnet_cidr=bastion_net, admin_cidr=admin,
+        ssh_public_key=pubkey, ssh_user=ssh_user or "ubuntu",
+        controller_shape=shapes["controllerShape"] or "VM.Standard.E5.Flex",
+        nfs_shape=shapes["nfsShape"] or "VM.Standard.E5.Flex",
+        bastion_shape=shapes["bastionShape"] or "VM.Standard.E5.Flex",
+        elastic_mode=mode or "launch-terminate", boot_volume_gbs=boot or 200), out
 
 
 def load_stack_file(path: str | Path) -> ClusterConfig:

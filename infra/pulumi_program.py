@@ -1,0 +1,80 @@
+"""The Pulumi program behind ``__main__.py``: read the stack config, build one Cluster, export.
+
+The stack config is read from the Pulumi engine and handed to the same parser
+(:func:`infra.config.parse_config`) that ``metalslurm config validate`` and
+``metalslurm local up`` use, so a bad stack fails here, with every problem named,
+before any resource is registered. Secret keys reach the parser as ``{secure: ...}``,
+exactly as they appear in a stack file; their values are read with ``get_secret``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from infra.config import NAMESPACE, SECRET_KEYS, ClusterConfig, parse_config
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _engine_config() -> tuple[dict[str, Any], set[str]]:
+    """Every ``metalslurm:*`` key the engine passed, and which of them are secret."""
+    values: dict[str, Any] = dict(runtime_config.get_config_env())
+    values.update(runtime_config.CONFIG.get())
+    secret = set(runtime_config.get_config_secret_keys_env()) | set(
+        runtime_config._SECRET_KEYS.get())
+    return ({k: v for k, v in values.items() if str(k).startswith(f"{NAMESPACE}:")}, secret)
+
+
+def _decode(value: Any) -> Any:
+    """Pulumi hands object, array, number and boolean config values over as JSON text."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def raw_stack_config() -> dict[str, Any]:
+    """The stack config as the parser sees it in a stack file (secrets stay opaque)."""
+    values, secret = _engine_config()
+    raw: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in secret:
+            raw[key] = {"secure": "<secret>"}
+        else:
+            raw[key] = _decode(value)
+    return raw
+
+
+def load_cluster_config() -> ClusterConfig:
+    return parse_config(raw_stack_config(), source=f"stack {pulumi.get_stack()}")
+
+
+def main() -> None:
+    from infra.cluster import Cluster, ClusterArgs
+
+    cfg = load_cluster_config()  # a bad config stops here, before any resource exists
+    conf = pulumi.Config(NAMESPACE)
+    ssh_key = conf.get_secret("sshPrivateKey")
+    bmc = conf.get_secret_object("bmcCredentials")
+    stack = pulumi.get_stack()
+    cluster = Cluster(cfg.cluster_name, ClusterArgs(
+        config=cfg, stack=stack, repo_root=REPO_ROOT,
+        state_dir=REPO_ROOT / ".metalslurm" / stack,
+        raw_config={k: v for k, v in raw_stack_config().items()
+                    if k.partition(":")[2] not in SECRET_KEYS},
+        ssh_private_key=ssh_key, bmc_credentials=bmc))
+    pulumi.export("inventory", cluster.inventory)
+    pulumi.export("controllerAddress", cluster.controller_address)
+    pulumi.export("bastionAddress", cluster.bastion_address)
+    pulumi.export("sshHint", cluster.ssh_hint)
+    pulumi.export("inventoryFile", str(cluster.inventory_file))
+    pulumi.export("mungeKey", cluster.munge_key_b64)
+    pulumi.export("slurmdbdPassword", cluster.slurmdbd_password)
+    pulumi.export("slurmJwtKey", cluster.jwt_key_b64)

@@ -1,0 +1,242 @@
+"""The Pulumi program under mocks, for every provider: invariants, with URNs in failures."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.inventory import inventory_problems, inventory_view
+from tests.pulumi.mocks import Run, is_secret_value, run_program, unsecret
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET_VALUES = {
+    "metalslurm:sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n"
+                                "-----END OPENSSH PRIVATE KEY-----\n",
+    "metalslurm:bmcCredentials": {"default": {"username": "admin", "password": "pw"}},
+}
+SECRET_EXPORTS = {"mungeKey", "slurmdbdPassword", "slurmJwtKey"}
+INSTANCE = "oci:Core/instance:Instance"
+
+
+def example(provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(plain config, secret config) of Pulumi.example-<provider>.yaml."""
+    config = yaml.safe_load((REPO / f"Pulumi.example-{provider}.yaml").read_text())["config"]
+    plain = {k: v for k, v in config.items()
+             if not (isinstance(v, dict) and "secure" in v)}
+    secrets = {k: SECRET_VALUES[k] for k in config if k not in plain}
+    return plain, secrets
+
+
+@pytest.fixture(scope="module", params=["local", "byo", "oci"])
+def run(request) -> tuple[str, Run]:
+    plain, secrets = example(request.param)
+    return request.param, run_program(plain, secrets)
+
+
+def _cluster_urn(run: Run) -> str:
+    return next(r.urn for r in run.mocks.resources if r.typ == "metalslurm:index:Cluster")
+
+
+def test_inventory_validates_against_the_schema(run):
+    provider, r = run
+    inv = r.exports["inventory"]
+    problems = inventory_problems(inventory_view(inv))
+    assert not problems, f"{_cluster_urn(r)}: inventory output: {problems}"
+    assert inv["all"]["vars"]["metalslurm_provider"] == provider
+
+
+def test_node_counts_match_the_config(run):
+    provider, r = run
+    plain, _ = example(provider)
+    inv = r.exports["inventory"]["all"]
+    pools = plain["metalslurm:computePools"]
+    compute = inv["children"]["slurm_compute"]["hosts"]
+    want = sum(p["count"] + p.get("elasticCount", 0) for p in pools)
+    assert len(compute) == want, f"{_cluster_urn(r)}: {len(compute)} compute hosts, want {want}"
+    cloud = [h for h in compute if inv["hosts"][h]["metalslurm_node_state"] == "cloud"]
+    assert len(cloud) == sum(p.get("elasticCount", 0) for p in pools), _cluster_urn(r)
+    assert len(inv["children"]["slurm_controller"]["hosts"]) == 1, _cluster_urn(r)
+    for h in compute:
+        assert inv["hosts"][h]["metalslurm_gpu_count"] == pools[0]["gpuCount"], h
+        if inv["hosts"][h]["metalslurm_node_state"] == "cloud":
+            assert inv["hosts"][h]["metalslurm_power"]["driver"], f"{h}: no power driver"
+
+
+def test_every_node_sits_in_the_private_subnet(run):
+    _, r = run
+    inv = r.exports["inventory"]["all"]
+    net = ipaddress.ip_network(inv["vars"]["metalslurm_private_cidr"])
+    for name, hv in inv["hosts"].items():
+        assert ipaddress.ip_address(hv["metalslurm_address"]) in net, (
+            f"{_cluster_urn(r)}: host {name} {hv['metalslurm_address']} outside {net}")
+
+
+def test_secrets_are_secret_outputs_and_not_in_the_inventory(run):
+    _, r = run
+    assert r.secret_exports >= SECRET_EXPORTS, f"{_cluster_urn(r)}: {r.secret_exports}"
+    assert not ({"inventory", "sshHint", "controllerAddress"} & r.secret_exports)
+    text = yaml.safe_dump(r.exports["inventory"])
+    for key in SECRET_EXPORTS:
+        assert r.exports[key] and r.exports[key] not in text, f"{key} leaked into the inventory"
+    for value in ("mock", "pw"):
+        assert f": {value}\n" not in text
+    munge = next(x for x in r.mocks.resources if x.name.endswith("-munge-key"))
+    assert munge.inputs["length"] == 1024, munge.urn
+    files = r.exports["inventory"]["all"]["vars"]
+    for var in ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file"):
+        assert files[var].startswith("/"), f"{var} is not set"
+
+
+def test_the_operator_files_command_gets_secrets_only_by_environment(run):
+    provider, r = run
+    cmd = next(x for x in r.mocks.resources if x.name.endswith(("-configure", "-operator-files")))
+    assert cmd.name.endswith("-configure"), f"{cmd.urn}: configure: true in the example"
+    assert "infra.pulumi_configure" in cmd.inputs["create"], cmd.urn
+    assert "--playbook" in cmd.inputs["create"], cmd.urn
+    assert is_secret_value(cmd.inputs["environment"]), f"{cmd.urn}: environment is not secret"
+    env = unsecret(cmd.inputs["environment"])
+    assert env["METALSLURM_MUNGE_KEY_B64"] == r.exports["mungeKey"], cmd.urn
+    assert cmd.inputs["triggers"] == [env["METALSLURM_INVENTORY"]], (
+        f"{cmd.urn}: must be re-run when the inventory changes")
+    if provider == "byo":
+        assert "METALSLURM_BMC_CREDENTIALS" in env, cmd.urn
+        assert r.exports["inventory"]["all"]["vars"]["slurm_elastic_credentials_file"]
+
+
+def test_no_compute_node_has_a_public_address(run):
+    provider, r = run
+    inv = r.exports["inventory"]["all"]
+    for name in inv["children"]["slurm_compute"]["hosts"]:
+        host = inv["hosts"][name]["ansible_host"]
+        assert ipaddress.ip_address(host).is_private, f"{_cluster_urn(r)}: {name} at {host}"
+    for res in r.mocks.of_type(INSTANCE):
+        role = res.inputs["freeformTags"]["metalslurm-role"]
+        vnic = res.inputs["createVnicDetails"]
+        if role != "bastion":
+            assert vnic["assignPublicIp"] == "false", f"{res.urn}: {role} has a public address"
+
+
+# ---- provider specific ------------------------------------------------------------------
+
+def _oci(run) -> Run:
+    provider, r = run
+    if provider != "oci":
+        pytest.skip("oci resources only")
+    return r
+
+
+def test_oci_ssh_ingress_only_on_the_bastion_from_the_admin_cidr(run):
+    r = _oci(run)
+    plain, _ = example("oci")
+    o = plain["metalslurm:oci"]
+    vcn = ipaddress.ip_network(o["vcnCidr"])
+    lists = {x.name: x for x in r.mocks.of_type("oci:Core/securityList:SecurityList")}
+    subnets = {x.name: x for x in r.mocks.of_type("oci:Core/subnet:Subnet")}
+    bastion_sl = next(n for n in lists if n.endswith("-bastion-sl"))
+    for sl in lists.values():
+        for rule in sl.inputs.get("ingressSecurityRules", []):
+            source = ipaddress.ip_network(rule["source"])
+            if source.subnet_of(vcn):
+                continue
+            assert sl.name == bastion_sl, f"{sl.urn}: ingress from outside the VCN: {rule}"
+            assert rule["protocol"] == "6" and rule["tcpOptions"] == {"min": 22, "max": 22}, (
+                f"{sl.urn}: only SSH may enter the bastion: {rule}")
+            assert rule["source"] == o["adminCidr"], f"{sl.urn}: SSH from {rule['source']}"
+    users = [s for s in subnets.values() if f"{bastion_sl}-id" in s.inputs["securityListIds"]]
+    assert [s.name for s in users] == [n for n in subnets if n.endswith("-bastion-subnet")]
+    bastions = [x for x in r.mocks.of_type(INSTANCE)
+                if x.inputs["freeformTags"]["metalslurm-role"] == "bastion"]
+    assert len(bastions) == 1
+    assert bastions[0].inputs["createVnicDetails"]["subnetId"] == f"{users[0].name}-id", (
+        bastions[0].urn)
+
+
+def test_oci_nodes_in_the_private_subnet_with_planned_addresses(run):
+    r = _oci(run)
+    plain, _ = example("oci")
+    net = ipaddress.ip_network(plain["metalslurm:privateCidr"])
+    private = next(x for x in r.mocks.of_type("oci:Core/subnet:Subnet")
+                   if x.name.endswith("-private"))
+    assert private.inputs["cidrBlock"] == str(net), private.urn
+    assert private.inputs["prohibitPublicIpOnVnic"] is True, private.urn
+    hosts = r.exports["inventory"]["all"]["hosts"]
+    for res in r.mocks.of_type(INSTANCE):
+        if res.inputs["freeformTags"]["metalslurm-role"] == "bastion":
+            continue
+        vnic = res.inputs["createVnicDetails"]
+        node = res.inputs["freeformTags"]["metalslurm-node"]
+        assert vnic["subnetId"] == f"{private.name}-id", f"{res.urn}: not in the private subnet"
+        assert ipaddress.ip_address(vnic["privateIp"]) in net, res.urn
+        assert vnic["privateIp"] == hosts[node]["metalslurm_address"], res.urn
+
+
+def test_oci_shapes_and_rdma_cluster_match_the_config(run):
+    r = _oci(run)
+    plain, _ = example("oci")
+    pool = plain["metalslurm:computePools"][0]
+    gpu = [x for x in r.mocks.of_type(INSTANCE)
+           if x.inputs["freeformTags"]["metalslurm-role"] == "compute"]
+    assert len(gpu) == pool["count"], "static GPU instances"
+    cluster = r.mocks.of_type("oci:Core/computeCluster:ComputeCluster")
+    assert len(cluster) == 1
+    for res in gpu:
+        assert res.inputs["shape"] == "BM.GPU.H100.8", res.urn
+        assert res.inputs["computeClusterId"] == f"{cluster[0].name}-id", (
+            f"{res.urn}: not in the RDMA compute cluster")
+    inv = r.exports["inventory"]["all"]["hosts"]
+    elastic = [h for h, hv in inv.items() if hv.get("metalslurm_node_state") == "cloud"]
+    assert len(elastic) == pool["elasticCount"]
+    for h in elastic:
+        power = inv[h]["metalslurm_power"]
+        assert power["driver"] == "oci" and power["mode"] == "launch-terminate", h
+        for key in ("compartment_id", "availability_domain", "shape", "image_id", "subnet_id",
+                    "region"):
+            assert power.get(key), f"{h}: power mapping lacks {key}"
+
+
+def test_oci_bastion_address_and_ssh_hint(run):
+    r = _oci(run)
+    assert r.exports["bastionAddress"] == "203.0.113.7"
+    assert "-J ubuntu@203.0.113.7" in r.exports["sshHint"]
+    assert "ProxyJump=ubuntu@203.0.113.7" in (
+        r.exports["inventory"]["all"]["vars"]["ansible_ssh_common_args"])
+
+
+def test_byo_hosts_are_checked_over_ssh_except_elastic_ones(run):
+    provider, r = run
+    if provider != "byo":
+        pytest.skip("byo only")
+    checks = {x.name: x for x in r.mocks.of_type("command:remote:Command")}
+    assert sorted(checks) == sorted(f"rented-check-{n}" for n in
+                                    ("ctl", "nfs", "gpu-001", "gpu-002", "gpu-003"))
+    for res in checks.values():
+        conn = res.inputs["connection"]
+        assert is_secret_value(conn) or is_secret_value(conn["privateKey"]), res.urn
+        conn = unsecret(conn)
+        assert conn["proxy"]["host"] == "198.51.100.20", f"{res.urn}: not through the bastion"
+        assert ipaddress.ip_address(conn["host"]).is_private, res.urn
+    power = r.exports["inventory"]["all"]["hosts"]["gpu-004"]["metalslurm_power"]
+    assert power == {"driver": "redfish", "endpoint": "https://10.20.1.24",
+                     "system_id": "/redfish/v1/Systems/1", "verify_tls": True}
+    ipmi = r.exports["inventory"]["all"]["hosts"]["gpu-003"]["metalslurm_power"]
+    assert ipmi == {"driver": "ipmi", "address": "10.20.1.23", "port": 623}
+
+
+def test_local_nodes_are_commands_of_the_local_provider_module(run):
+    provider, r = run
+    if provider != "local":
+        pytest.skip("local only")
+    nodes = [x for x in r.mocks.of_type("command:local:Command") if "-node-" in x.name]
+    inv = r.exports["inventory"]["all"]["hosts"]
+    assert sorted(x.name.split("-node-")[1] for x in nodes) == sorted(inv)
+    for res in nodes:
+        assert "-m infra.providers.local_resources" in res.inputs["create"], res.urn
+        assert " node " in res.inputs["create"] and "--image" in res.inputs["create"], res.urn
+        assert "remove-node" in res.inputs["delete"], f"{res.urn}: delete must remove the node"
+    network = next(x for x in r.mocks.of_type("command:local:Command")
+                   if x.name.endswith("-network"))
+    assert network.inputs["delete"].endswith("destroy"), network.urn
