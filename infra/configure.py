@@ -30,6 +30,8 @@ class ConfigureResult:
     stats: dict[str, dict[str, int]]
     changed_tasks: list[tuple[str, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # (host, task, file content after the change) of changed tasks, with diff=True
+    diffs: list[tuple[str, str, str]] = field(default_factory=list)
     slowest: list[tuple[float, str]] = field(default_factory=list)
 
     @property
@@ -50,6 +52,7 @@ class _Progress:
         self.task_seconds: dict[str, float] = defaultdict(float)
         self.changed: list[tuple[str, str]] = []
         self.failures: list[str] = []
+        self.diffs: list[tuple[str, str, str]] = []
         self.start = time.monotonic()
 
     def __call__(self, event: dict[str, Any]) -> bool:
@@ -71,6 +74,11 @@ class _Progress:
             res = data.get("res") or {}
             if kind == "runner_on_ok" and res.get("changed"):
                 self.changed.append((host, task))
+                items = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
+                for item in items:
+                    for diff in _diff_list(item.get("diff")):
+                        if isinstance(diff.get("after"), str):
+                            self.diffs.append((host, task, diff["after"]))
                 self.out(f"[{elapsed:6.1f}s]   changed  {host}: {task}")
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
                 msg = str(res.get("msg") or res.get("stderr") or res)[:800]
@@ -83,6 +91,12 @@ class _Progress:
         return True
 
 
+def _diff_list(diff: Any) -> list[dict[str, Any]]:
+    if isinstance(diff, dict):
+        return [diff]
+    return [d for d in diff if isinstance(d, dict)] if isinstance(diff, list) else []
+
+
 def venv_on_path() -> None:
     """ansible-runner and testinfra call ansible-* by name: use this interpreter's."""
     bindir = str(Path(sys.executable).parent)
@@ -91,7 +105,8 @@ def venv_on_path() -> None:
 
 
 def run_playbook(inventory: str | Path, *, limit: str | None = None,
-                 tags: str | None = None, check: bool = False, verbosity: int = 0,
+                 tags: str | None = None, check: bool = False, diff: bool = False,
+                 verbosity: int = 0,
                  extra_vars: dict[str, Any] | None = None, strategy: str | None = None,
                  out: Callable[[str], None] = print) -> ConfigureResult:
     """Run the site playbook against ``inventory``; never raises for a failed play.
@@ -109,6 +124,8 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     cmdline = []
     if check:
         cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
     if tags:
         cmdline += ["--tags", tags]
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
@@ -147,7 +164,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     result = ConfigureResult(
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
-        changed_tasks=progress.changed, failures=progress.failures,
+        changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result
 

@@ -206,6 +206,7 @@ def _table_rows(rows: list[UsageRow], prices: Mapping[str, float] | None
              price: float | None, cost: float | None) -> dict[str, str]:
         return {"scope": scope, "account": account, "user": user, "gpu_type": gpu_type,
                 "jobs": str(jobs), "gpu_hours": f"{seconds / 3600:.2f}",
+                "gpu_seconds": str(seconds),
                 "price_per_gpu_hour": "" if price is None else f"{price:.2f}",
                 "cost": "" if cost is None else f"{cost:.2f}"}
 
@@ -232,7 +233,8 @@ def _table_rows(rows: list[UsageRow], prices: Mapping[str, float] | None
 
 def format_csv(rows: list[UsageRow], prices: Mapping[str, float] | None) -> str:
     buffer = io.StringIO()
-    columns = ["scope", "account", "user", "gpu_type", "jobs", "gpu_hours"]
+    # gpu_seconds is exact (sacct counts whole seconds); gpu_hours is rounded for reading.
+    columns = ["scope", "account", "user", "gpu_type", "jobs", "gpu_hours", "gpu_seconds"]
     if prices is not None:
         columns += ["price_per_gpu_hour", "cost"]
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore",

@@ -8,6 +8,8 @@ budget; mallory has a login but no Slurm account.
 
 from __future__ import annotations
 
+import csv
+import io
 import time
 
 import pytest
@@ -122,3 +124,32 @@ def test_a_file_written_in_home_on_one_node_is_read_on_another(cluster):
     assert read.stdout.strip() == "gpu-001"
     owner = on("gpu-002", "stat -c %U:%a /home/alice/written-by").stdout.strip()
     assert owner.startswith("alice:")
+
+
+def test_the_usage_report_counts_the_gpu_seconds_of_known_jobs(cluster):
+    """Two jobs of known size and length; the report's totals must match them within the
+    few seconds Slurm adds around a job's command."""
+    start = ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
+    time.sleep(1)
+    big = submit("alice", "--partition=train --nodes=2 --gres=gpu:h100:8 --time=5 "
+                 "--wrap='sleep 30'")
+    small = submit("bob", "--gres=gpu:h100:1 --time=2 --wrap='sleep 20'")
+    for job in (big, small):
+        assert wait_for(f"job {job} to finish", lambda job=job: final_state(job)) == "COMPLETED"
+    time.sleep(1)
+    end = ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
+    proc = metalslurm("report", "usage", "--stack", str(STACK), "--start", start, "--end", end,
+                      "--price", "h100=4.21", "--csv")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {(r["scope"], r["account"], r["user"]): r
+            for r in csv.DictReader(io.StringIO(proc.stdout))}
+    alice = rows[("user", "team-a", "alice")]
+    bob = rows[("user", "team-b", "bob")]
+    # 2 nodes x 8 GPUs x 30 s, and 1 GPU x 20 s; Slurm's elapsed time may be 0-3 s longer.
+    assert (alice["gpu_type"], alice["jobs"]) == ("h100", "1")
+    assert 16 * 30 <= int(alice["gpu_seconds"]) <= 16 * 33, alice
+    assert 1 * 20 <= int(bob["gpu_seconds"]) <= 1 * 23, bob
+    total = rows[("total", "", "")]
+    assert int(total["gpu_seconds"]) == int(alice["gpu_seconds"]) + int(bob["gpu_seconds"])
+    assert float(alice["cost"]) == pytest.approx(int(alice["gpu_seconds"]) / 3600 * 4.21,
+                                                 abs=0.005)

@@ -92,6 +92,42 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
     assert rerun.changed_tasks == []
 
 
+def test_the_nfs_roles_run_in_check_mode_against_real_nodes(up, tmp_path):
+    """This kernel has no NFS, so the cluster shares /home and /shared by bind mounts. The
+    NFS roles still run, in check mode, against real nodes: ctl as the server, the compute
+    nodes as clients. They must predict their changes, render their files from the real
+    nodes' facts, and leave every node untouched."""
+    inventory = yaml.safe_load(INVENTORY.read_text())
+    inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
+    inventory["all"]["children"]["nfs_server"]["hosts"] = {"ctl": None}
+    variant = tmp_path / "inventory-nfs.yml"
+    variant.write_text(yaml.safe_dump(inventory))
+    result = run_playbook(variant, check=True, diff=True, out=lambda _line: None)
+    assert result.ok, result.failures
+    changed = changed_by_host(result)
+    assert {"Install the kernel NFS server", "Write the cluster's exports",
+            "Set nfsd threads and protocol versions"} <= set(changed["ctl"])
+    for node in ("gpu-001", "gpu-002"):
+        assert {"Install the NFS client", "Write a mount unit per shared path"} <= \
+            set(changed[node])
+    exports = [after for host, task, after in result.diffs
+               if (host, task) == ("ctl", "Write the cluster's exports")]
+    assert [line for line in exports[0].splitlines() if not line.startswith("#")] == [
+        "/home 10.78.13.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)",
+        "/shared 10.78.13.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)"]
+    units = [after for host, task, after in result.diffs
+             if (host, task) == ("gpu-001", "Write a mount unit per shared path")]
+    assert sorted(line for unit in units for line in unit.splitlines()
+                  if line.startswith("What=")) == ["What=10.78.13.10:/home",
+                                                   "What=10.78.13.10:/shared"]
+    for node in ("ctl", "gpu-001"):
+        probe = metalslurm("local", "exec", "--stack", str(STACK), node, "--", "sh", "-c",
+                           "dpkg -s nfs-kernel-server nfs-common 2>/dev/null | grep -c "
+                           "'^Status: install ok'; ls /etc/exports.d /etc/systemd/system/"
+                           "home.mount 2>&1 | grep -c 'No such file'")
+        assert probe.stdout.split() == ["0", "2"], (node, probe.stdout)
+
+
 def scontrol_config(key: str) -> str:
     proc = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--", "sh", "-c",
                       f"scontrol show config | grep -E '^{key} '")
