@@ -90,9 +90,17 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     rc = 0
     if not args.no_configure:
         with phase("configure", timings):
+            started = cluster.prepare_elastic_nodes_for_configure()
+            if started:
+                say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
             result = run_playbook(inventory, out=say if args.verbose else (lambda _m: None))
             print_summary(result, out=say)
         rc = result.rc
+        if rc == 0:
+            cluster.mark_elastic_nodes_configured()
+            stopped = cluster.power_down_idle_elastic_nodes()
+            if stopped:
+                say(f"    elastic nodes powered down until Slurm needs them: {', '.join(stopped)}")
         if rc == 0 and not args.no_verify:
             with phase("verify", timings):
                 rc = run_verify(inventory, out=say)
@@ -119,7 +127,7 @@ def cmd_local_status(args: argparse.Namespace) -> int:
     for r in rows:
         say(f"{r['node']:<12} {r['groups']:<26} {r['address']:<15} {r['gpus']:<9} "
             f"{r['container']:<28} {r['state']}")
-    return 0 if all(r["state"] == "running" for r in rows) else 1
+    return 0 if all(r["state"] in ("running", "powered-down") for r in rows) else 1
 
 
 def cmd_local_exec(args: argparse.Namespace) -> int:

@@ -87,6 +87,7 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
                            "max_time": part.max_time, "options": dict(part.options)})
     acct = cfg.accounting
+    el = cfg.elastic
     return {
         "metalslurm_cluster_name": cfg.cluster_name,
         "metalslurm_provider": cfg.provider,
@@ -98,6 +99,12 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         "metalslurm_partitions": partitions,
         "metalslurm_slurm_conf": dict(cfg.slurm_conf),
         "metalslurm_users": [{"name": u.name, "uid": u.uid} for u in cfg.users],
+        "metalslurm_elastic": {
+            "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
+            "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,
+            "suspend_rate": el.suspend_rate, "boot_time": el.boot_time,
+            "reconcile_interval": el.reconcile_interval,
+        },
         "metalslurm_accounting": {
             "database_host": acct.database_host or "",
             "database_port": acct.database_port,

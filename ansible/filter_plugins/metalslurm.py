@@ -69,6 +69,9 @@ def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3
             record["Gres"] = f"gpu:{_hostvar(hostvars, h, 'metalslurm_gpu_type')}:{gpus}"
         state = _hostvar(hostvars, h, "metalslurm_node_state", "static")
         record["State"] = "CLOUD" if state == "cloud" else "UNKNOWN"
+        if state == "cloud":
+            # Jobs fill nodes that are already on first (lowest Weight first).
+            record["Weight"] = 100
         record.update(options)
         records.append(record)
     return records

@@ -13,6 +13,9 @@ rm -f /etc/ssh/ssh_host_*
 : > /etc/machine-id
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > /etc/hosts
 mkdir -p /etc/metalslurm
+# The packaged slurmd goes to /usr/sbin/slurmd.real; /usr/sbin/slurmd (from rootfs/) starts
+# it with a container-local boot clock (see that file).
+dpkg-divert --local --no-rename --divert /usr/sbin/slurmd.real --add /usr/sbin/slurmd
 # /etc/apt/sources.list (the host's mirror) was copied in; a registry image's own
 # deb822 file would list the same suites a second time.
 rm -f /etc/apt/sources.list.d/debian.sources

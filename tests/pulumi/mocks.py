@@ -92,15 +92,17 @@ def run_program(config: dict[str, Any], secrets: dict[str, Any] | None = None) -
             pulumi_program.main()
         finally:
             pulumi.export = original
-        outs = {k: pulumi.Output.from_input(v) for k, v in exported.items()}
-
-        async def secretness() -> None:
-            for k, o in outs.items():
-                if await o.is_secret():
+        # Await each export as the engine's stack does (``massage`` then serialize): the value
+        # and its secretness. Output.all / from_input would deep-lift every nested dict and
+        # list of the 1,000-host inventory into Outputs again, work the engine never does.
+        async def collect() -> None:
+            for k, v in exported.items():
+                out = v if isinstance(v, pulumi.Output) else pulumi.Output.from_input(v)
+                run.exports[k] = await out.future()
+                if await out.is_secret():
                     run.secret_exports.add(k)
 
-        return pulumi.Output.all(**outs).apply(
-            lambda v: (run.exports.update(v), pulumi.Output.from_input(secretness()))[1])
+        return pulumi.Output.from_input(collect())
 
     program()
     return run

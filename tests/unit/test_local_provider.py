@@ -7,6 +7,7 @@ from infra.config import parse_config
 from infra.providers.local import (
     LocalCluster,
     container_name,
+    host_hardware,
     kernel_has_nfs,
     network_name,
     node_specs,
@@ -80,3 +81,30 @@ def test_host_bind_mounts_one_directory_per_shared_path(tmp_path, monkeypatch):
         ("shared/home", "/home"), ("shared/shared", "/shared"), ("shared/data_ckpt", "/data/ckpt")]
     cluster.ensure_shared_dirs()
     assert [oct(d.stat().st_mode & 0o7777) for d, _p in mounts] == ["0o755", "0o1777", "0o1777"]
+
+
+# /proc/cpuinfo of a 2-socket machine with 2 cores per socket and 2 threads per core (the
+# fields Linux prints per processor, other lines left out) and its /proc/meminfo head.
+CPUINFO = "\n".join(
+    f"processor\t: {i}\nphysical id\t: {i // 4}\nsiblings\t: 4\ncore id\t\t: {(i // 2) % 2}\n"
+    f"cpu cores\t: 2\n" for i in range(8))
+MEMINFO = "MemTotal:       32816396 kB\nMemFree:        30000000 kB\n"
+
+
+def test_elastic_node_hardware_comes_from_the_hosts_cpus_and_memory():
+    assert host_hardware(CPUINFO, MEMINFO) == {
+        "Sockets": 2, "CoresPerSocket": 2, "ThreadsPerCore": 2, "CPUs": 8,
+        "RealMemory": 32047 * 97 // 100}
+
+
+def test_elastic_nodes_are_cloud_nodes_with_their_hardware_in_the_inventory(tmp_path):
+    cfg = parse_config({"metalslurm:computePools": [
+        {"name": "gpu", "count": 1, "elasticCount": 2, "gpuType": "h100", "gpuCount": 8}]})
+    cluster = LocalCluster(cfg=cfg, state_dir=tmp_path)
+    specs = {s.name: s for s in cluster.specs()}
+    assert [(n, specs[n].node_state) for n in ("gpu-001", "gpu-002", "gpu-003")] == [
+        ("gpu-001", "static"), ("gpu-002", "cloud"), ("gpu-003", "cloud")]
+    assert "metalslurm_node_options" not in specs["gpu-001"].extra_vars
+    options = specs["gpu-002"].extra_vars["metalslurm_node_options"]
+    assert {"Sockets", "CoresPerSocket", "ThreadsPerCore", "RealMemory"} <= set(options)
+    assert specs["gpu-003"].power == {"driver": "local", "container": "metalslurm-gpu-003"}

@@ -20,6 +20,13 @@ class Cluster:
     controller: str
     compute: list[str]
     hostvars: dict[str, dict] = field(default_factory=dict)
+    # Elastic nodes that Slurm holds powered down: checked when they are up.
+    powered_down: list[str] = field(default_factory=list)
+
+    @property
+    def static_compute(self) -> list[str]:
+        return [h for h in self.compute
+                if self.hostvars[h].get("metalslurm_node_state", "static") != "cloud"]
 
     def gpu_nodes(self) -> list[str]:
         return [h for h in self.compute if int(self.hostvars[h].get("metalslurm_gpu_count", 0))]
@@ -53,7 +60,15 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
     assert len(controllers) == 1, f"inventory {inventory} needs exactly one slurm_controller"
     compute = sorted(runner.get_hosts("slurm_compute"))
     hostvars = {h: runner.get_variables(h) for h in runner.get_hosts("all")}
-    return Cluster(inventory, controllers[0], compute, hostvars)
+    powered_down = []
+    cloud = [h for h in compute if hostvars[h].get("metalslurm_node_state") == "cloud"]
+    if cloud:
+        ctl = testinfra.get_host(f"ansible://{controllers[0]}", ansible_inventory=inventory)
+        out = ctl.check_output("sinfo --noheader --Node --format='%N %T' "
+                               f"--nodes={','.join(cloud)}")
+        powered_down = sorted({line.split()[0] for line in out.splitlines()
+                               if line.split()[1].endswith("~")})
+    return Cluster(inventory, controllers[0], compute, hostvars, powered_down)
 
 
 @pytest.fixture(scope="session")
@@ -65,3 +80,13 @@ def controller(cluster: Cluster):
 @pytest.fixture
 def host_name(host) -> str:
     return host.backend.get_hostname()
+
+
+@pytest.fixture(autouse=True)
+def _skip_powered_down_elastic_nodes(request: pytest.FixtureRequest, cluster: Cluster) -> None:
+    """Per-host checks skip an elastic node Slurm holds powered down (nothing to reach)."""
+    if "host" not in request.fixturenames or not cluster.powered_down:
+        return
+    name = str(request.getfixturevalue("host").backend.host)
+    if name in cluster.powered_down:
+        pytest.skip(f"{name} is an elastic node and is powered down")

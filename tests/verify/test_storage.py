@@ -40,16 +40,17 @@ def compute_hosts(cluster):
     import testinfra
 
     return [testinfra.get_host(f"ansible://{h}", ansible_inventory=cluster.inventory)
-            for h in cluster.compute]
+            for h in cluster.static_compute]
 
 
 def test_a_file_written_on_one_compute_node_is_read_on_another(cluster, compute_hosts):
     if cluster.shared_storage == "none" or "/shared" not in cluster.shared_paths:
         pytest.skip("no shared /shared in this inventory")
     first, last = compute_hosts[0], compute_hosts[-1]
-    name = f"/shared/.metalslurm-verify-{cluster.compute[0]}"
-    first.check_output(f"echo written-on-{cluster.compute[0]} > {name}")
+    writer = cluster.static_compute[0]
+    name = f"/shared/.metalslurm-verify-{writer}"
+    first.check_output(f"echo written-on-{writer} > {name}")
     try:
-        assert last.file(name).content_string.strip() == f"written-on-{cluster.compute[0]}"
+        assert last.file(name).content_string.strip() == f"written-on-{writer}"
     finally:
         first.run(f"rm -f {name}")

@@ -1,0 +1,288 @@
+"""What each program does, once its hostlist is expanded: resume, suspend, resume-fail, reconcile.
+
+Slurm states used (same names in Slurm 22.05 and 24.11, see scontrol(1) and power_save.html;
+the transitions below were recorded on Slurm 24.11.5, tests/fixtures/slurm/README.md):
+- a node whose power-on failed (``MIXED+CLOUD+NOT_RESPONDING+POWERING_UP``, its job CONFIGURING):
+  ``scontrol update nodename=N state=POWER_DOWN_FORCE reason="metalslurm: ..."``. slurmctld
+  requeues the job at once, marks the node ``IDLE+CLOUD+POWERING_DOWN`` (``idle%``), runs
+  SuspendProgram, and after SuspendTimeout the node is ``IDLE+CLOUD+POWERED_DOWN`` (``idle~``):
+  back in the pool, never left DOWN. (AWS ParallelCluster uses power_down_force the same way.)
+- ``state=DOWN`` first would be wrong: ``DOWN`` + ``POWER_DOWN_FORCE`` stays ``DOWN+POWER_DOWN``
+  (``down!``) without calling SuspendProgram until someone runs ``state=RESUME``. If a node is
+  found DOWN (an older Slurm, an admin, slurmctld's ResumeTimeout), ``state=RESUME`` is what
+  lets the power down proceed / puts a powered-down node back as ``idle~``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import PowerConfig
+from .drivers import NodeResult, PowerDriver, make_driver
+from .drivers.base import OFF, ON
+from .eventlog import EventLog
+from .slurm import NodeState, Slurm
+
+REASON_PREFIX = "metalslurm:"
+# Reasons slurmctld itself gives a cloud node it could not resume; reconcile only returns DOWN
+# nodes with one of these (or its own) so a node an admin set DOWN stays DOWN.
+SLURM_RESUME_REASONS = ("ResumeTimeout reached", "Not responding", "Node unexpectedly rebooted")
+
+
+def batches(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
+
+
+@dataclass
+class Context:
+    config: PowerConfig
+    log: EventLog
+    slurm: Slurm
+    dry_run: bool
+    driver_factory: Callable[[str, dict[str, dict], dict[str, dict[str, str]]], PowerDriver] = \
+        make_driver
+    _drivers: dict[str, PowerDriver] = field(default_factory=dict)
+    sleep: Callable[[float], None] = time.sleep
+
+    def driver(self, name: str) -> PowerDriver:
+        if name not in self._drivers:
+            params = {n: p for n, p in self.config.nodes.items() if p["driver"] == name}
+            creds = {n: c for n, c in self.config.credentials.items()
+                     if n == "default" or n in params}
+            self._drivers[name] = self.driver_factory(name, params, creds)
+        return self._drivers[name]
+
+
+def group_by_driver(ctx: Context, nodes: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+    groups: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    for node in nodes:
+        driver = ctx.config.driver_of(node)
+        if driver is None:
+            unknown.append(node)
+        else:
+            groups.setdefault(driver, []).append(node)
+    return groups, unknown
+
+
+def call_driver(ctx: Context, action: str, nodes: Sequence[str],
+                force: bool = False) -> dict[str, NodeResult]:
+    """Call ``action`` (power_on / power_off / status) per driver and batch; log every node."""
+    results: dict[str, NodeResult] = {}
+    groups, unknown = group_by_driver(ctx, nodes)
+    for node in unknown:
+        results[node] = NodeResult.failed(node, "node has no entry in the power config")
+        ctx.log.event(action, node=node, phase="driver", ok=False, error=results[node].error)
+    mutating = action != "status"
+    for driver_name, group in groups.items():
+        for number, batch in enumerate(batches(group, ctx.config.batch_size), start=1):
+            if mutating and ctx.dry_run:
+                for node in batch:
+                    results[node] = NodeResult(node=node, ok=True)
+                    ctx.log.event(action, node=node, driver=driver_name, phase="driver",
+                                  ok=True, skipped="dry run")
+                continue
+            ctx.log.event("driver_start", driver=driver_name, phase="driver", action=action,
+                          batch=number, nodes=batch)
+            start = time.monotonic()
+            try:
+                driver = ctx.driver(driver_name)
+                if action == "power_on":
+                    batch_results = driver.power_on(batch)
+                elif action == "power_off":
+                    batch_results = driver.power_off(batch, force=force)
+                else:
+                    batch_results = driver.status(batch)
+            except Exception as exc:  # e.g. the driver's library is not installed
+                batch_results = {n: NodeResult.failed(n, exc) for n in batch}
+            duration = round(time.monotonic() - start, 3)
+            ctx.log.event("driver_end", driver=driver_name, phase="driver", action=action,
+                          batch=number, duration_s=duration)
+            for node in batch:
+                result = batch_results.get(node) or NodeResult.failed(node, "driver gave no result")
+                results[node] = result
+                ctx.log.event(action, node=node, driver=driver_name, phase="driver",
+                              ok=result.ok, power=result.power if result.ok else None,
+                              address=result.address, error=result.error, duration_s=duration)
+    return results
+
+
+@contextlib.contextmanager
+def _locked_state(path: Path) -> Iterator[dict[str, dict[str, float]]]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        try:
+            state = json.loads(handle.read() or "{}")
+        except ValueError:
+            state = {}
+        state.setdefault("resume_started", {})
+        yield state
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(state, sort_keys=True))
+
+
+def record_resume(ctx: Context, nodes: Sequence[str]) -> None:
+    if ctx.dry_run:
+        return
+    now = time.time()
+    with _locked_state(ctx.config.state_file) as state:
+        for node in nodes:
+            state["resume_started"][node] = now
+
+
+def resume_started(ctx: Context) -> dict[str, float]:
+    try:
+        data = json.loads(ctx.config.state_file.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.get("resume_started", {}).items()}
+
+
+def return_to_pool(ctx: Context, nodes: Sequence[str], reason: str,
+                   wait: bool = True) -> list[str]:
+    """Bring failed nodes back as ``idle~`` (powered down, available). Returns the nodes still
+    not powered down when ``settle_timeout`` ran out (the reconciler finishes those)."""
+    if not nodes:
+        return []
+    reason = f"{REASON_PREFIX} {reason}"[:200].replace('"', "'")
+    states = ctx.slurm.show_nodes(nodes)
+    down = [n for n in nodes if n in states and states[n].down]
+    force = [n for n in nodes if n in states and n not in down
+             and not states[n].powered_down and not states[n].powering_down]
+    ctx.log.event("return_to_pool", phase="slurm", nodes=list(nodes), reason=reason,
+                  states={n: states[n].state for n in nodes if n in states})
+    ctx.slurm.update(force, state="POWER_DOWN_FORCE", reason=reason)
+    # DOWN blocks the power down (DOWN+POWER_DOWN) or keeps a powered-down node out of the pool.
+    ctx.slurm.update(down, state="RESUME")
+    ctx.slurm.update([n for n in down if not states[n].powered_down
+                      and not states[n].powering_down], state="POWER_DOWN_FORCE", reason=reason)
+    if ctx.dry_run or not wait:
+        return list(nodes)
+    pending = {n for n in nodes if n in states}
+    deadline = time.monotonic() + ctx.config.settle_timeout
+    while True:
+        states = ctx.slurm.show_nodes(sorted(pending))
+        done = [n for n, s in states.items() if s.powered_down and not s.down
+                and "POWERING_DOWN" not in s.flags]
+        for node in done:
+            ctx.log.event("back_in_pool", node=node, phase="slurm", ok=True,
+                          state=states[node].state)
+        stuck_down = [n for n, s in states.items() if s.down and
+                      (s.powered_down or "POWER_DOWN" in s.flags)]
+        ctx.slurm.update(stuck_down, state="RESUME")
+        pending = {n for n in pending if n in states} - set(done)
+        if not pending or time.monotonic() >= deadline:
+            break
+        ctx.sleep(ctx.config.poll_interval)
+    for node in sorted(pending):
+        ctx.log.event("back_in_pool", node=node, phase="slurm", ok=False,
+                      error=f"not powered down after {ctx.config.settle_timeout:.0f}s; "
+                            "the reconciler will finish it")
+    return sorted(pending)
+
+
+def resume(ctx: Context, nodes: Sequence[str]) -> int:
+    record_resume(ctx, nodes)
+    results = call_driver(ctx, "power_on", nodes)
+    for node in nodes:
+        result = results[node]
+        if result.ok and result.address:
+            ctx.slurm.update([node], nodeaddr=result.address, nodehostname=node)
+    failed = [n for n in nodes if not results[n].ok]
+    if failed:
+        # A machine that half-started must not keep billing.
+        call_driver(ctx, "power_off", [n for n in failed if ctx.config.driver_of(n)], force=True)
+        errors = sorted({results[n].error or "" for n in failed})
+        return_to_pool(ctx, failed, "power on failed: " + "; ".join(errors))
+    return 1 if failed else 0
+
+
+def suspend(ctx: Context, nodes: Sequence[str]) -> int:
+    results = call_driver(ctx, "power_off", nodes)
+    # A failed power off leaves a machine on that Slurm thinks is off: reconcile retries it.
+    return 0 if all(r.ok for r in results.values()) else 1
+
+
+def resume_fail(ctx: Context, nodes: Sequence[str]) -> int:
+    results = call_driver(ctx, "power_off", nodes, force=True)
+    return_to_pool(ctx, list(nodes), "resume failed (ResumeFailProgram)")
+    return 0 if all(r.ok for r in results.values()) else 1
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str
+    action: str  # "power_off" (orphan) | "return" (stuck/failed resume) | "resume" (DOWN~ → idle~)
+    why: str
+
+
+def decide(states: dict[str, NodeState], power: dict[str, NodeResult],
+           started: dict[str, float], now: float, stuck_after: float) -> list[Decision]:
+    """Reconcile decisions, from Slurm's view and the machines' power state (pure function)."""
+    decisions: list[Decision] = []
+    for node in sorted(states):
+        s = states[node]
+        p = power.get(node)
+        machine_on = p is not None and p.ok and p.power == ON
+        machine_off = p is not None and p.ok and p.power == OFF
+        ours = s.reason.startswith(REASON_PREFIX) or s.reason.startswith(SLURM_RESUME_REASONS)
+        if s.powering_up:
+            # Without a recorded start, the resume may be under way this very second; a node
+            # that never powers up is slurmctld's (ResumeTimeout), then ours (DOWN below).
+            age = now - started[node] if node in started else 0.0
+            if machine_off and age > stuck_after:
+                decisions.append(Decision(node, "return",
+                                          f"powering up for {age:.0f}s, machine off"))
+            continue
+        if s.powering_down:
+            continue
+        if s.powered_down and s.down and ours:
+            decisions.append(Decision(node, "resume", f"DOWN and powered down ({s.reason})"))
+            if machine_on:
+                decisions.append(Decision(node, "power_off", "machine on while powered down"))
+            continue
+        if s.powered_down and machine_on:
+            decisions.append(Decision(node, "power_off",
+                                      f"machine on while Slurm has it {s.state}"))
+            continue
+        if s.down and "CLOUD" in s.flags and ours:
+            decisions.append(Decision(node, "return", f"DOWN after a failed resume ({s.reason})"))
+    return decisions
+
+
+def reconcile(ctx: Context, nodes: Sequence[str]) -> int:
+    states = ctx.slurm.show_nodes(nodes)
+    for node in sorted(set(nodes) - set(states)):
+        ctx.log.event("reconcile_skip", node=node, phase="reconcile",
+                      error="node unknown to Slurm")
+    power = call_driver(ctx, "status", sorted(states))
+    decisions = decide(states, power, resume_started(ctx), time.time(), ctx.config.stuck_after)
+    for d in decisions:
+        ctx.log.event("reconcile_decision", node=d.node, phase="reconcile", action=d.action,
+                      why=d.why, state=states[d.node].state, power=power[d.node].power)
+    orphans = [d.node for d in decisions if d.action == "power_off"]
+    if orphans:
+        # Look again right before switching off: a resume may have started meanwhile.
+        fresh = ctx.slurm.show_nodes(orphans)
+        orphans = [n for n in orphans if n in fresh and fresh[n].powered_down
+                   and not fresh[n].powering_up]
+        call_driver(ctx, "power_off", orphans, force=True)
+    to_resume = [d.node for d in decisions if d.action == "resume"]
+    ctx.slurm.update(to_resume, state="RESUME")
+    stuck = [d.node for d in decisions if d.action == "return"]
+    if stuck:
+        call_driver(ctx, "power_off", stuck, force=True)
+        return_to_pool(ctx, stuck, "reconcile: stuck powering up or DOWN after a failed resume")
+    ctx.log.event("reconcile_summary", phase="reconcile", checked=len(states),
+                  orphans=orphans, returned=stuck, resumed=to_resume)
+    return 0

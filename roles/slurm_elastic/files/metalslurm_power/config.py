@@ -1,0 +1,142 @@
+"""The controller-side power config (written by the slurm_elastic role, mode 0600, owner slurm).
+
+Shape (YAML, or JSON, which is YAML too)::
+
+    log_file: /var/log/slurm/metalslurm-power.log
+    state_file: /var/log/slurm/metalslurm-power.state.json   # optional
+    batch_size: 50
+    dry_run: false
+    slurm_bin: /usr/bin
+    settle_timeout: 180      # seconds to wait for slurmctld to finish a forced power down
+    stuck_after: 600         # seconds a node may stay POWERING_UP with its machine off
+    nodes:
+      gpu-001: {driver: local, container: ms-gpu-001, network: ms-net}
+      gpu-002: {driver: redfish, endpoint: https://10.0.0.2, system_id: /redfish/v1/Systems/1}
+      gpu-003: {driver: ipmi, address: 10.0.0.3, port: 623}
+      gpu-004: {driver: oci, mode: start-stop, instance_id: ocid1.instance...}
+    credentials:
+      default: {username: admin, password: secret}
+      gpu-003: {username: root, password: other}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = "/etc/slurm/metalslurm-power.yaml"
+DRIVERS = ("local", "redfish", "ipmi", "oci")
+REQUIRED_PARAMS: dict[str, tuple[str, ...]] = {
+    "local": ("container",),
+    "redfish": ("endpoint",),
+    "ipmi": ("address",),
+    "oci": (),
+}
+
+
+class ConfigError(Exception):
+    """The power config is missing or wrong; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class PowerConfig:
+    log_file: Path
+    state_file: Path
+    batch_size: int = 50
+    dry_run: bool = False
+    slurm_bin: str = "/usr/bin"
+    settle_timeout: float = 180.0
+    stuck_after: float = 600.0
+    poll_interval: float = 2.0
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    credentials: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+
+    def driver_of(self, node: str) -> str | None:
+        params = self.nodes.get(node)
+        return None if params is None else str(params["driver"])
+
+    def credentials_for(self, node: str) -> dict[str, str]:
+        return dict(self.credentials.get(node) or self.credentials.get("default") or {})
+
+
+def _parse_text(text: str) -> Any:
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    import yaml  # PyYAML (python3-yaml); only needed for YAML-syntax configs
+
+    return yaml.safe_load(text)
+
+
+def load_config(path: str | os.PathLike[str]) -> PowerConfig:
+    try:
+        raw = _parse_text(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read power config: {exc.strerror}") from exc
+    except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError subclasses
+        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: Any, source: str = "config") -> PowerConfig:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: must be a mapping, got {type(raw).__name__}")
+    log_file = Path(raw.get("log_file") or "/var/log/slurm/metalslurm-power.log")
+    state_file = Path(raw.get("state_file") or log_file.with_suffix(".state.json"))
+    batch_size = raw.get("batch_size", 50)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        problems.append(f"batch_size: must be an integer >= 1, got {batch_size!r}")
+        batch_size = 1
+    dry_run = raw.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        problems.append(f"dry_run: must be true or false, got {dry_run!r}")
+    numbers: dict[str, float] = {}
+    for key, default in (("settle_timeout", 180.0), ("stuck_after", 600.0),
+                         ("poll_interval", 2.0)):
+        value = raw.get(key, default)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")
+            value = default
+        numbers[key] = float(value)
+    nodes = raw.get("nodes") or {}
+    if not isinstance(nodes, dict):
+        problems.append("nodes: must be a mapping of node name to driver parameters")
+        nodes = {}
+    for name, params in nodes.items():
+        if not isinstance(params, dict):
+            problems.append(f"nodes.{name}: must be a mapping with a 'driver' key")
+            continue
+        driver = params.get("driver")
+        if driver not in DRIVERS:
+            problems.append(f"nodes.{name}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
+            continue
+        for key in REQUIRED_PARAMS[driver]:
+            if not params.get(key):
+                problems.append(f"nodes.{name}.{key}: required by the {driver} driver")
+        if driver == "oci":
+            mode = params.get("mode", "start-stop")
+            need = ("instance_id",) if mode == "start-stop" else (
+                "compartment_id", "availability_domain", "shape", "image_id", "subnet_id")
+            if mode not in ("start-stop", "launch-terminate"):
+                problems.append(
+                    f"nodes.{name}.mode: {mode!r} is not start-stop or launch-terminate")
+            else:
+                problems.extend(f"nodes.{name}.{key}: required by oci mode {mode}"
+                                for key in need if not params.get(key))
+    credentials = raw.get("credentials") or {}
+    if not isinstance(credentials, dict) or not all(
+            isinstance(v, dict) for v in credentials.values()):
+        problems.append("credentials: must map a node name or 'default' to {username, password}")
+        credentials = {}
+    if problems:
+        raise ConfigError(f"{source}: {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
+    return PowerConfig(
+        log_file=log_file, state_file=state_file, batch_size=batch_size, dry_run=bool(dry_run),
+        slurm_bin=str(raw.get("slurm_bin", "/usr/bin") or ""),
+        settle_timeout=numbers["settle_timeout"], stuck_after=numbers["stuck_after"],
+        poll_interval=numbers["poll_interval"], nodes=dict(nodes),
+        credentials={str(k): dict(v) for k, v in credentials.items()},
+    )

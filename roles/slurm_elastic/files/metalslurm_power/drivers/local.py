@@ -1,0 +1,116 @@
+"""local: podman's REST API over its unix socket (the local cluster's "machines" are containers).
+
+Node parameters: ``container`` (name), optional ``network`` (whose IP to report; default: the
+first one), ``socket`` (default /run/podman/podman.sock), ``stop_timeout`` (seconds, default 10).
+Standard library only (http.client over AF_UNIX).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from .base import OFF, ON, NodeResult, PowerDriver
+
+DEFAULT_SOCKET = "/run/podman/podman.sock"
+API = "/v4.0.0/libpod"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.unix_path)
+        self.sock = sock
+
+
+class PodmanError(Exception):
+    pass
+
+
+def podman_request(sock_path: str, method: str, path: str,
+                   timeout: float = 120.0) -> tuple[int, Any]:
+    conn = _UnixHTTPConnection(sock_path, timeout)
+    try:
+        conn.request(method, API + path, headers={"Host": "d"})
+        resp = conn.getresponse()
+        body = resp.read()
+    except OSError as exc:
+        raise PodmanError(f"podman API at {sock_path}: {exc}") from exc
+    finally:
+        conn.close()
+    data: Any = None
+    if body:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = body.decode(errors="replace")
+    return resp.status, data
+
+
+def _api_error(status: int, data: Any) -> str:
+    message = data.get("message") if isinstance(data, dict) else data
+    return f"podman API HTTP {status}: {message}"
+
+
+class LocalPodmanDriver(PowerDriver):
+    name = "local"
+
+    def _sock(self, node: str) -> str:
+        return str(self.params[node].get("socket") or DEFAULT_SOCKET)
+
+    def _container(self, node: str) -> str:
+        return urllib.parse.quote(str(self.params[node]["container"]), safe="")
+
+    def _inspect(self, node: str) -> NodeResult:
+        status, data = podman_request(self._sock(node), "GET",
+                                      f"/containers/{self._container(node)}/json")
+        if status != 200:
+            return NodeResult.failed(node, _api_error(status, data))
+        state = data.get("State", {})
+        running = bool(state.get("Running")) or state.get("Status") == "running"
+        networks = (data.get("NetworkSettings") or {}).get("Networks") or {}
+        wanted = self.params[node].get("network")
+        address = None
+        for net_name, net in networks.items():
+            if (wanted is None or net_name == wanted) and net.get("IPAddress"):
+                address = net["IPAddress"]
+                break
+        return NodeResult(node=node, ok=True, power=ON if running else OFF,
+                          address=address if running else None)
+
+    def _start(self, node: str) -> NodeResult:
+        status, data = podman_request(self._sock(node), "POST",
+                                      f"/containers/{self._container(node)}/start")
+        if status not in (204, 304):  # 304: already running
+            return NodeResult.failed(node, _api_error(status, data))
+        result = self._inspect(node)
+        if result.ok and result.power != ON:
+            return NodeResult.failed(node, "container exited right after start")
+        return result
+
+    def _stop(self, node: str, force: bool) -> NodeResult:
+        timeout = 0 if force else int(self.params[node].get("stop_timeout", 10))
+        status, data = podman_request(self._sock(node), "POST",
+                                      f"/containers/{self._container(node)}/stop?t={timeout}",
+                                      timeout=timeout + 60)
+        if status not in (204, 304):  # 304: already stopped
+            return NodeResult.failed(node, _api_error(status, data))
+        return NodeResult(node=node, ok=True, power=OFF)
+
+    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        return self._each(nodes, self._start)
+
+    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
+        return self._each(nodes, lambda node: self._stop(node, force))
+
+    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        return self._each(nodes, self._inspect)

@@ -1,0 +1,439 @@
+"""The power programs (resume, suspend, resume-fail, reconcile) with a fake scontrol on PATH.
+
+The fake (power_helpers/fake_scontrol.py) prints the line shape recorded from Slurm 24.11.5 and
+applies the state transitions recorded there (tests/fixtures/slurm/). Driver calls go to a
+recording stub driver, or to the real local driver pointed at a missing podman socket when a
+power-on must fail; the drivers themselves are tested against real servers in
+test_power_drivers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from power_helpers.env import (
+    FILES,
+    FIXTURES,
+    FakeSlurm,
+    read_log,
+    write_config,
+)
+
+assert FILES.is_dir()  # power_helpers.env put the role's files/ on sys.path
+
+from metalslurm_power import actions  # noqa: E402
+from metalslurm_power.config import ConfigError, load_config, parse_config  # noqa: E402
+from metalslurm_power.drivers.base import OFF, ON, NodeResult, PowerDriver  # noqa: E402
+from metalslurm_power.eventlog import EventLog  # noqa: E402
+from metalslurm_power.slurm import NodeState, Slurm, parse_show_node  # noqa: E402
+
+MISSING_SOCKET = "/nonexistent/metalslurm-test/podman.sock"
+
+
+class RecordingDriver(PowerDriver):
+    """A stub driver for the programs' logic: remembers each batch, reports what it is told."""
+
+    name = "local"
+    batches: list[tuple[str, list[str]]] = []
+
+    def __init__(self, params, credentials=None, power=None, address=None, fail=()):
+        super().__init__(params, credentials)
+        self.power = dict(power or {})
+        self.address = address or {}
+        self.fail = set(fail)
+
+    def _result(self, node: str, power: str) -> NodeResult:
+        if node in self.fail:
+            return NodeResult.failed(node, "BMC said no")
+        self.power[node] = power
+        return NodeResult(node, True, power=power, address=self.address.get(node))
+
+    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        self.batches.append(("on", list(nodes)))
+        return {n: self._result(n, ON) for n in nodes}
+
+    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
+        self.batches.append(("off-force" if force else "off", list(nodes)))
+        return {n: self._result(n, OFF) for n in nodes}
+
+    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        self.batches.append(("status", list(nodes)))
+        return {n: NodeResult(n, True, power=self.power.get(n, OFF)) for n in nodes}
+
+
+@pytest.fixture()
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    fake = FakeSlurm(tmp_path / "slurm")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(fake.root))
+    return fake
+
+
+def local_nodes(*names: str, socket: str = MISSING_SOCKET) -> dict[str, dict]:
+    return {n: {"driver": "local", "container": f"ms-{n}", "socket": socket} for n in names}
+
+
+def context(tmp_path: Path, fake: FakeSlurm, nodes: dict[str, dict], driver: RecordingDriver,
+            dry_run: bool = False, **settings) -> actions.Context:
+    config = load_config(write_config(tmp_path / "power.json", fake, nodes, **settings))
+    log = EventLog(config.log_file, "test", dry_run=dry_run)
+    return actions.Context(config=config, log=log,
+                           slurm=Slurm(log, config.slurm_bin, dry_run=dry_run),
+                           dry_run=dry_run, driver_factory=lambda name, params, creds: driver)
+
+
+def run_program(module: str, hostlist: str, config: Path, fake: FakeSlurm, *extra: str,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", f"metalslurm_power.{module}", hostlist, "--config", str(config),
+         *extra], capture_output=True, text=True, env=fake.env(**(env or {})), timeout=60,
+        check=False)
+
+
+# --- scontrol output parsing (recorded Slurm 24.11.5 output) -------------------------------
+
+RECORDED_STATES = {
+    "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP": ("MIXED", False, True, False),
+    "DOWN+CLOUD+NOT_RESPONDING+POWERING_UP": ("DOWN", False, True, False),
+    "DOWN+CLOUD+POWER_DOWN+NOT_RESPONDING": ("DOWN", False, False, True),
+    "IDLE+CLOUD+POWER_DOWN+NOT_RESPONDING": ("IDLE", False, False, True),
+    "DOWN+CLOUD+POWERED_DOWN": ("DOWN", True, False, False),
+    "IDLE+CLOUD+POWERED_DOWN": ("IDLE", True, False, False),
+    "IDLE+CLOUD+POWER_DOWN+POWERED_DOWN": ("IDLE", True, False, True),
+}
+
+
+def recorded_lines() -> dict[str, str]:
+    lines = (FIXTURES / "scontrol-show-node-24.11-cloud-states.txt").read_text().splitlines()
+    return {line.split("State=")[1].split()[0]: line for line in lines}
+
+
+@pytest.mark.parametrize("state", sorted(RECORDED_STATES))
+def test_parse_recorded_cloud_state(state: str) -> None:
+    node = next(iter(parse_show_node(recorded_lines()[state]).values()))
+    base, powered_down, powering_up, powering_down = RECORDED_STATES[state]
+    assert (node.base, node.powered_down, node.powering_up, node.powering_down) == (
+        base, powered_down, powering_up, powering_down), node
+
+
+def test_parse_recorded_reason_keeps_spaces() -> None:
+    node = parse_show_node(recorded_lines()["DOWN+CLOUD+POWERED_DOWN"])["gpu-003"]
+    assert node.reason == "ResumeTimeout reached [slurm@2026-11-22T12:55:05]"
+
+
+def test_parse_recorded_registered_nodes() -> None:
+    text = (FIXTURES / "scontrol-show-node-24.11-registered.txt").read_text()
+    nodes = parse_show_node(text)
+    assert {n: (s.state, s.addr) for n, s in nodes.items()} == {
+        "gpu-001": ("IDLE", "gpu-001"), "gpu-002": ("IDLE", "gpu-002")}
+
+
+# --- hostlists, batches, config ----------------------------------------------------------
+
+def test_expand_hostlist_with_scontrol(tmp_path: Path, fake: FakeSlurm) -> None:
+    slurm = Slurm(EventLog(tmp_path / "log", "test"), str(fake.bin))
+    assert slurm.expand("gpu-[001-003],cpu-[1,3]") == [
+        "gpu-001", "gpu-002", "gpu-003", "cpu-1", "cpu-3"]
+    assert fake.calls() == [["show", "hostnames", "gpu-[001-003],cpu-[1,3]"]]
+
+
+def test_empty_hostlist_is_a_no_op(tmp_path: Path, fake: FakeSlurm) -> None:
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    proc = run_program("resume", "", config, fake, "--foreground")
+    assert proc.returncode == 0, proc.stderr
+    assert fake.calls() == []
+    end = read_log(tmp_path / "power.log")[-1]
+    assert (end["event"], end["note"]) == ("program_end", "empty hostlist: no-op")
+
+
+@pytest.mark.parametrize(("count", "size", "expected"), [
+    (5, 2, [2, 2, 1]), (4, 2, [2, 2]), (1, 50, [1]), (0, 3, []),
+])
+def test_batches(count: int, size: int, expected: list[int]) -> None:
+    names = [f"n{i}" for i in range(count)]
+    got = list(actions.batches(names, size))
+    assert [len(b) for b in got] == expected
+    assert [n for b in got for n in b] == names
+
+
+def test_driver_called_in_batches(tmp_path: Path, fake: FakeSlurm) -> None:
+    names = [f"gpu-{i:03d}" for i in range(1, 6)]
+    fake.set_nodes({n: "IDLE+CLOUD+POWERING_UP" for n in names})
+    RecordingDriver.batches = []
+    ctx = context(tmp_path, fake, local_nodes(*names), RecordingDriver({}), batch_size=2)
+    assert actions.resume(ctx, names) == 0
+    assert RecordingDriver.batches == [
+        ("on", names[0:2]), ("on", names[2:4]), ("on", names[4:5])]
+
+
+def test_config_problems_are_all_listed() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"batch_size": 0, "nodes": {
+            "a": {"driver": "redfish"}, "b": {"driver": "smoke-signals"},
+            "c": {"driver": "oci", "mode": "launch-terminate"}}})
+    text = str(err.value)
+    for expected in ("batch_size", "nodes.a.endpoint", "nodes.b.driver",
+                     "nodes.c.compartment_id", "nodes.c.subnet_id"):
+        assert expected in text
+
+
+def test_credentials_never_logged(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    run_program("resume", "gpu-001", config, fake, "--foreground")
+    assert "s3cr3t-never-logged" not in (tmp_path / "power.log").read_text()
+
+
+# --- resume ------------------------------------------------------------------------------
+
+def test_resume_sets_nodeaddr_and_hostname(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP", "gpu-002": "IDLE+CLOUD+POWERING_UP"})
+    driver = RecordingDriver({}, address={"gpu-001": "10.77.0.21"})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002"), driver)
+    assert actions.resume(ctx, ["gpu-001", "gpu-002"]) == 0
+    assert fake.updates() == [
+        ["update", "nodename=gpu-001", "nodeaddr=10.77.0.21", "nodehostname=gpu-001"]]
+
+
+def test_failed_power_on_returns_node_to_pool(tmp_path: Path, fake: FakeSlurm) -> None:
+    """The real local driver fails (no podman socket): the node must end up idle~."""
+    fake.set_nodes({"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    proc = run_program("resume", "gpu-001", config, fake, "--foreground")
+    assert proc.returncode == 1, proc.stderr
+    assert fake.states() == {"gpu-001": "IDLE+CLOUD+POWERED_DOWN"}
+    update = fake.updates()[0]
+    assert update[:3] == ["update", "nodename=gpu-001", "state=POWER_DOWN_FORCE"]
+    assert update[3].startswith("reason=metalslurm: power on failed: PodmanError")
+    events = {e["event"]: e for e in read_log(tmp_path / "power.log")}
+    assert events["power_on"]["ok"] is False and "podman API" in events["power_on"]["error"]
+    assert events["back_in_pool"]["ok"] is True
+
+
+def test_failed_power_on_of_a_down_node_is_resumed_first(tmp_path: Path,
+                                                         fake: FakeSlurm) -> None:
+    """DOWN + POWER_DOWN_FORCE alone sticks at DOWN+POWER_DOWN (recorded on 24.11)."""
+    fake.set_nodes({"gpu-001": "DOWN+CLOUD+NOT_RESPONDING+POWERING_UP"},
+                   reasons={"gpu-001": "Not responding"})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), RecordingDriver({}, fail={"gpu-001"}))
+    assert actions.resume(ctx, ["gpu-001"]) == 1
+    assert [u[2] for u in fake.updates()] == ["state=RESUME", "state=POWER_DOWN_FORCE"]
+    assert fake.states() == {"gpu-001": "IDLE+CLOUD+POWERED_DOWN"}
+
+
+def test_one_failed_node_does_not_touch_the_others(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP", "gpu-002": "IDLE+CLOUD+POWERING_UP"})
+    RecordingDriver.batches = []
+    ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002"),
+                  RecordingDriver({}, fail={"gpu-002"}))
+    actions.resume(ctx, ["gpu-001", "gpu-002"])
+    assert all(u[1] == "nodename=gpu-002" for u in fake.updates())
+    assert ("off-force", ["gpu-002"]) in RecordingDriver.batches
+    assert fake.states()["gpu-001"] == "IDLE+CLOUD+POWERING_UP"
+
+
+def test_resume_of_a_node_missing_from_the_config(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-009": "IDLE+CLOUD+POWERING_UP"})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), RecordingDriver({}))
+    assert actions.resume(ctx, ["gpu-009"]) == 1
+    assert fake.states() == {"gpu-009": "IDLE+CLOUD+POWERED_DOWN"}
+
+
+def test_settle_timeout_leaves_the_rest_to_reconcile(tmp_path: Path, fake: FakeSlurm,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SUSPEND_S", "30")  # SuspendTimeout longer than we wait
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP"})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), RecordingDriver({}, fail={"gpu-001"}),
+                  settle_timeout=0.3)
+    actions.resume(ctx, ["gpu-001"])
+    last = read_log(tmp_path / "power.log")[-1]
+    assert (last["event"], last["ok"]) == ("back_in_pool", False)
+    assert "reconcile" in last["error"]
+
+
+# --- suspend / resume-fail ---------------------------------------------------------------
+
+def test_suspend_powers_off_without_touching_slurm(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_DOWN"})
+    RecordingDriver.batches = []
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), RecordingDriver({}))
+    assert actions.suspend(ctx, ["gpu-001"]) == 0
+    assert RecordingDriver.batches == [("off", ["gpu-001"])]
+    assert fake.updates() == []
+
+
+def test_resume_fail_after_resume_timeout(tmp_path: Path, fake: FakeSlurm) -> None:
+    """Recorded 24.11: after ResumeTimeout the node is DOWN+CLOUD+POWERED_DOWN and stays DOWN."""
+    fake.set_nodes({"gpu-003": "DOWN+CLOUD+POWERED_DOWN"},
+                   reasons={"gpu-003": "ResumeTimeout reached"})
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-003"))
+    proc = run_program("resume_fail", "gpu-003", config, fake, "--foreground")
+    assert proc.returncode == 1  # the machine could not be reached to power it off
+    assert fake.updates() == [["update", "nodename=gpu-003", "state=RESUME"]]
+    assert fake.states() == {"gpu-003": "IDLE+CLOUD+POWERED_DOWN"}
+
+
+# --- dry run, detach, crash --------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_dry_run_changes_nothing(tmp_path: Path, fake: FakeSlurm, how: str) -> None:
+    fake.set_nodes({"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"),
+                          dry_run=how == "config")
+    extra = ["--dry-run"] if how == "flag" else []
+    proc = run_program("resume", "gpu-001", config, fake, "--foreground", *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert fake.updates() == []
+    assert fake.states() == {"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"}
+    events = read_log(tmp_path / "power.log")
+    assert all(e.get("dry_run") for e in events)
+    power_on = [e for e in events if e["event"] == "power_on"]
+    assert power_on == [pytest.approx(power_on[0])] and power_on[0]["skipped"] == "dry run"
+
+
+def test_programs_return_at_once_and_work_detached(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    start = time.monotonic()
+    proc = run_program("resume", "gpu-001", config, fake, env={"FAKE_SCONTROL_SLEEP": "1.5"})
+    returned = time.monotonic() - start
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert returned < 1.4, f"resume blocked slurmctld for {returned:.2f}s"
+    deadline = time.monotonic() + 20
+    events: list[dict] = []
+    while time.monotonic() < deadline:
+        events = read_log(tmp_path / "power.log")
+        if any(e["event"] == "program_end" for e in events):
+            break
+        time.sleep(0.1)
+    by_event = {e["event"]: e for e in events}
+    assert "program_end" in by_event, events
+    invoked, detached = by_event["invoked"], by_event["detached"]
+    assert detached["pid"] != invoked["pid"]
+    assert detached["sid"] != invoked["pid"]  # own session: not killed with slurmctld's group
+    assert by_event["program_end"]["t"] - invoked["t"] >= 1.5
+    assert fake.states() == {"gpu-001": "IDLE+CLOUD+POWERED_DOWN"}
+
+
+def test_crash_is_logged_with_traceback(tmp_path: Path, fake: FakeSlurm) -> None:
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"),
+                          slurm_bin=str(tmp_path / "no-slurm-here"))
+    proc = run_program("suspend", "gpu-001", config, fake, "--foreground")
+    assert proc.returncode == 1
+    crash = read_log(tmp_path / "power.log")[-1]
+    assert crash["event"] == "crash"
+    assert "SlurmError" in crash["error"] and "Traceback" in crash["traceback"]
+
+
+def test_bad_config_is_reported_to_slurmctld(tmp_path: Path, fake: FakeSlurm) -> None:
+    config = tmp_path / "power.json"
+    config.write_text(json.dumps({"nodes": {"gpu-001": {"driver": "telepathy"}}}))
+    proc = run_program("resume", "gpu-001", config, fake)
+    assert proc.returncode == 2
+    assert "nodes.gpu-001.driver" in proc.stderr
+
+
+def test_wrapper_scripts_run_the_programs(tmp_path: Path, fake: FakeSlurm) -> None:
+
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    for name in ("resume", "suspend", "resume-fail", "reconcile"):
+        proc = subprocess.run(
+            [sys.executable, str(FILES / "sbin" / f"metalslurm-{name}"), "", "--config",
+             str(config), "--foreground", "--dry-run"],
+            capture_output=True, text=True, env=fake.env(METALSLURM_POWER_LIB=str(FILES)),
+            timeout=30, check=False)
+        assert proc.returncode == 0, (name, proc.stderr)
+
+
+# --- reconcile ---------------------------------------------------------------------------
+
+NOW = 1_800_000_000.0
+
+
+def node(state: str, reason: str = "") -> NodeState:
+    base, *flags = state.split("+")
+    return NodeState(name="n", base=base, flags=frozenset(flags), reason=reason)
+
+
+@pytest.mark.parametrize(("state", "reason", "power", "started", "expected"), [
+    ("IDLE+CLOUD+POWERED_DOWN", "", ON, None, ["power_off"]),  # orphan keeps billing
+    ("IDLE+CLOUD+POWERED_DOWN", "", OFF, None, []),
+    ("IDLE+CLOUD+POWERING_DOWN", "", ON, None, []),  # SuspendProgram is on it
+    ("MIXED+CLOUD+NOT_RESPONDING+POWERING_UP", "", OFF, NOW - 900, ["return"]),
+    ("MIXED+CLOUD+NOT_RESPONDING+POWERING_UP", "", OFF, NOW - 30, []),  # still booting
+    ("MIXED+CLOUD+NOT_RESPONDING+POWERING_UP", "", OFF, None, []),  # resume just started
+    ("MIXED+CLOUD+NOT_RESPONDING+POWERING_UP", "", ON, NOW - 900, []),  # ResumeTimeout's job
+    ("DOWN+CLOUD+POWERED_DOWN", "ResumeTimeout reached [slurm@x]", OFF, None, ["resume"]),
+    ("DOWN+CLOUD+POWERED_DOWN", "ResumeTimeout reached [slurm@x]", ON, None,
+     ["resume", "power_off"]),
+    ("DOWN+CLOUD+POWERED_DOWN", "disk replaced, do not use [admin@x]", OFF, None, []),
+    ("DOWN+CLOUD+NOT_RESPONDING", "metalslurm: power on failed", ON, None, ["return"]),
+    ("DOWN+CLOUD+NOT_RESPONDING", "bad DIMM [admin@x]", ON, None, []),
+    ("IDLE+CLOUD", "", ON, None, []),  # running a node Slurm uses
+    ("ALLOCATED+CLOUD", "", ON, None, []),
+])
+def test_reconcile_decisions(state: str, reason: str, power: str, started: float | None,
+                             expected: list[str]) -> None:
+    got = actions.decide({"n": node(state, reason)}, {"n": NodeResult("n", True, power=power)},
+                         {} if started is None else {"n": started}, NOW, stuck_after=600)
+    assert [d.action for d in got] == expected
+
+
+def test_reconcile_unknown_power_changes_nothing() -> None:
+    got = actions.decide({"n": node("IDLE+CLOUD+POWERED_DOWN")},
+                         {"n": NodeResult.failed("n", "BMC unreachable")}, {}, NOW, 600)
+    assert got == []
+
+
+def test_reconcile_program(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN",
+                    "gpu-002": "DOWN+CLOUD+POWERED_DOWN",
+                    "gpu-003": "IDLE+CLOUD"},
+                   reasons={"gpu-002": "ResumeTimeout reached"})
+    RecordingDriver.batches = []
+    driver = RecordingDriver({}, power={"gpu-001": ON, "gpu-003": ON})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002", "gpu-003"), driver,
+                  batch_size=10)
+    assert actions.reconcile(ctx, ["gpu-001", "gpu-002", "gpu-003"]) == 0
+    assert ("off-force", ["gpu-001"]) in RecordingDriver.batches
+    assert driver.power == {"gpu-001": OFF, "gpu-003": ON}
+    assert fake.updates() == [["update", "nodename=gpu-002", "state=RESUME"]]
+    assert fake.states()["gpu-002"] == "IDLE+CLOUD+POWERED_DOWN"
+
+
+def test_reconcile_dry_run(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN"})
+    RecordingDriver.batches = []
+    driver = RecordingDriver({}, power={"gpu-001": ON})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), driver, dry_run=True)
+    actions.reconcile(ctx, ["gpu-001"])
+    assert RecordingDriver.batches == [("status", ["gpu-001"])]
+    decision = [e for e in read_log(tmp_path / "power.log")
+                if e["event"] == "reconcile_decision"]
+    assert [(d["node"], d["action"]) for d in decision] == [("gpu-001", "power_off")]
+
+
+def test_power_log_gives_the_resume_timeline(tmp_path: Path, fake: FakeSlurm) -> None:
+    import importlib.util
+
+    path = FILES.parents[2] / "bench/power_log.py"
+    spec = importlib.util.spec_from_file_location("power_log", path)
+    power_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(power_log)
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP"})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"),
+                  RecordingDriver({}, address={"gpu-001": "10.77.0.21"}))
+    ctx.log.program = "resume"
+    ctx.log.event("invoked", phase="program")
+    ctx.log.event("worker_start", phase="program", nodes=["gpu-001"])
+    actions.resume(ctx, ["gpu-001"])
+    timeline = power_log.resume_timeline(power_log.read_events(tmp_path / "power.log"), "gpu-001")
+    order = ["invoked", "driver_start", "driver_end", "powered_on", "nodeaddr_set"]
+    assert all(timeline[k] is not None for k in order), timeline
+    assert [timeline[k] for k in order] == sorted(timeline[k] for k in order)
+    assert timeline["ok"] is True
