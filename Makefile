@@ -39,7 +39,7 @@ lint: deps
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 unit: deps
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/unit tests/pulumi
 
 e2e: deps
 	$(BIN)/pytest tests/e2e
