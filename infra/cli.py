@@ -163,8 +163,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
     cfg = load_stack_file(args.stack_file)
-    pools = ", ".join(f"{p.name}: {p.count} x {p.gpu_count or 'no'} {p.gpu_type or ''} GPUs"
-                      .rstrip() for p in cfg.compute_pools)
+    pools = ", ".join(
+        f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
+        f"{p.gpu_count or 'no'} {p.gpu_type or ''} GPUs".replace("  ", " ")
+        for p in cfg.compute_pools)
     say(f"{args.stack_file}: valid. cluster {cfg.cluster_name}, provider {cfg.provider}, "
         f"os {cfg.os}, network {cfg.private_cidr}, controller {cfg.controller_name}, "
         f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,20 @@ def example(provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return plain, secrets
 
 
-@pytest.fixture(scope="module", params=["local", "byo", "oci"])
+@functools.cache
+def program_run(provider: str) -> Run:
+    plain, secrets = example(provider)
+    return run_program(plain, secrets)
+
+
+@pytest.fixture(params=["local", "byo", "oci"])
 def run(request) -> tuple[str, Run]:
-    plain, secrets = example(request.param)
-    return request.param, run_program(plain, secrets)
+    return request.param, program_run(request.param)
+
+
+@pytest.fixture
+def oci_run() -> Run:
+    return program_run("oci")
 
 
 def _cluster_urn(run: Run) -> str:
@@ -122,15 +133,8 @@ def test_no_compute_node_has_a_public_address(run):
 
 # ---- provider specific ------------------------------------------------------------------
 
-def _oci(run) -> Run:
-    provider, r = run
-    if provider != "oci":
-        pytest.skip("oci resources only")
-    return r
-
-
-def test_oci_ssh_ingress_only_on_the_bastion_from_the_admin_cidr(run):
-    r = _oci(run)
+def test_oci_ssh_ingress_only_on_the_bastion_from_the_admin_cidr(oci_run):
+    r = oci_run
     plain, _ = example("oci")
     o = plain["metalslurm:oci"]
     vcn = ipaddress.ip_network(o["vcnCidr"])
@@ -155,8 +159,8 @@ def test_oci_ssh_ingress_only_on_the_bastion_from_the_admin_cidr(run):
         bastions[0].urn)
 
 
-def test_oci_nodes_in_the_private_subnet_with_planned_addresses(run):
-    r = _oci(run)
+def test_oci_nodes_in_the_private_subnet_with_planned_addresses(oci_run):
+    r = oci_run
     plain, _ = example("oci")
     net = ipaddress.ip_network(plain["metalslurm:privateCidr"])
     private = next(x for x in r.mocks.of_type("oci:Core/subnet:Subnet")
@@ -174,8 +178,8 @@ def test_oci_nodes_in_the_private_subnet_with_planned_addresses(run):
         assert vnic["privateIp"] == hosts[node]["metalslurm_address"], res.urn
 
 
-def test_oci_shapes_and_rdma_cluster_match_the_config(run):
-    r = _oci(run)
+def test_oci_shapes_and_rdma_cluster_match_the_config(oci_run):
+    r = oci_run
     plain, _ = example("oci")
     pool = plain["metalslurm:computePools"][0]
     gpu = [x for x in r.mocks.of_type(INSTANCE)
@@ -198,18 +202,16 @@ def test_oci_shapes_and_rdma_cluster_match_the_config(run):
             assert power.get(key), f"{h}: power mapping lacks {key}"
 
 
-def test_oci_bastion_address_and_ssh_hint(run):
-    r = _oci(run)
+def test_oci_bastion_address_and_ssh_hint(oci_run):
+    r = oci_run
     assert r.exports["bastionAddress"] == "203.0.113.7"
     assert "-J ubuntu@203.0.113.7" in r.exports["sshHint"]
     assert "ProxyJump=ubuntu@203.0.113.7" in (
         r.exports["inventory"]["all"]["vars"]["ansible_ssh_common_args"])
 
 
-def test_byo_hosts_are_checked_over_ssh_except_elastic_ones(run):
-    provider, r = run
-    if provider != "byo":
-        pytest.skip("byo only")
+def test_byo_hosts_are_checked_over_ssh_except_elastic_ones():
+    r = program_run("byo")
     checks = {x.name: x for x in r.mocks.of_type("command:remote:Command")}
     assert sorted(checks) == sorted(f"rented-check-{n}" for n in
                                     ("ctl", "nfs", "gpu-001", "gpu-002", "gpu-003"))
@@ -226,10 +228,8 @@ def test_byo_hosts_are_checked_over_ssh_except_elastic_ones(run):
     assert ipmi == {"driver": "ipmi", "address": "10.20.1.23", "port": 623}
 
 
-def test_local_nodes_are_commands_of_the_local_provider_module(run):
-    provider, r = run
-    if provider != "local":
-        pytest.skip("local only")
+def test_local_nodes_are_commands_of_the_local_provider_module():
+    r = program_run("local")
     nodes = [x for x in r.mocks.of_type("command:local:Command") if "-node-" in x.name]
     inv = r.exports["inventory"]["all"]["hosts"]
     assert sorted(x.name.split("-node-")[1] for x in nodes) == sorted(inv)

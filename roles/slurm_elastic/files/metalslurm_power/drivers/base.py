@@ -69,3 +69,26 @@ class PowerDriver(abc.ABC):
             return {node: guarded(node) for node in nodes}
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(nodes))) as pool:
             return dict(zip(nodes, pool.map(guarded, nodes), strict=True))
+
+
+class PerNodeDriver(PowerDriver):
+    """A driver that makes one call per node (a BMC, an API object): subclasses implement
+    ``_on``, ``_off`` and ``_status`` for one node; batches run them concurrently."""
+
+    @abc.abstractmethod
+    def _on(self, node: str) -> NodeResult: ...
+
+    @abc.abstractmethod
+    def _off(self, node: str, force: bool) -> NodeResult: ...
+
+    @abc.abstractmethod
+    def _status(self, node: str) -> NodeResult: ...
+
+    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        return self._each(nodes, self._on)
+
+    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
+        return self._each(nodes, lambda node: self._off(node, force))
+
+    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        return self._each(nodes, self._status)

@@ -8,10 +8,9 @@ Credentials: the node's entry or ``default`` in the config's ``credentials``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
-from .base import OFF, ON, UNKNOWN, NodeResult, PowerDriver
+from .base import OFF, ON, UNKNOWN, NodeResult, PerNodeDriver
 
 # pyghmi keeps one RMCP+ session per (BMC, user, password, port) in the process and a second
 # Command for the same session waits on the first one's state: make one Command per session,
@@ -20,7 +19,7 @@ _COMMANDS: dict[tuple[str, int, str | None, str | None], Any] = {}
 _COMMANDS_LOCK = threading.Lock()
 
 
-class IpmiDriver(PowerDriver):
+class IpmiDriver(PerNodeDriver):
     name = "ipmi"
 
     def _command(self, node: str) -> Any:
@@ -57,12 +56,3 @@ class IpmiDriver(PowerDriver):
 
     def _status(self, node: str) -> NodeResult:
         return NodeResult(node=node, ok=True, power=self._power(self._command(node)))
-
-    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._on)
-
-    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
-        return self._each(nodes, lambda node: self._off(node, force))
-
-    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._status)

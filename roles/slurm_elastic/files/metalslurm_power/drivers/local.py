@@ -11,10 +11,9 @@ import http.client
 import json
 import socket
 import urllib.parse
-from collections.abc import Sequence
 from typing import Any
 
-from .base import OFF, ON, NodeResult, PowerDriver
+from .base import OFF, ON, NodeResult, PerNodeDriver
 
 DEFAULT_SOCKET = "/run/podman/podman.sock"
 API = "/v4.0.0/libpod"
@@ -61,7 +60,7 @@ def _api_error(status: int, data: Any) -> str:
     return f"podman API HTTP {status}: {message}"
 
 
-class LocalPodmanDriver(PowerDriver):
+class LocalPodmanDriver(PerNodeDriver):
     name = "local"
 
     def _sock(self, node: str) -> str:
@@ -106,11 +105,6 @@ class LocalPodmanDriver(PowerDriver):
             return NodeResult.failed(node, _api_error(status, data))
         return NodeResult(node=node, ok=True, power=OFF)
 
-    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._start)
-
-    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
-        return self._each(nodes, lambda node: self._stop(node, force))
-
-    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._inspect)
+    _on = _start
+    _off = _stop
+    _status = _inspect

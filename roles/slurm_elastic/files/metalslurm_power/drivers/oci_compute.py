@@ -15,17 +15,16 @@ Auth: instance principals (the controller's dynamic group) unless ``auth: config
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
-from .base import OFF, ON, UNKNOWN, NodeResult, PowerDriver
+from .base import OFF, ON, UNKNOWN, NodeResult, PerNodeDriver
 
 _ON_STATES = {"RUNNING", "STARTING", "PROVISIONING", "MOVING"}
 _OFF_STATES = {"STOPPED", "STOPPING", "TERMINATED", "TERMINATING"}
 _GONE = {"TERMINATED", "TERMINATING"}
 
 
-class OciDriver(PowerDriver):
+class OciDriver(PerNodeDriver):
     name = "oci"
 
     def __init__(self, params: dict[str, dict[str, Any]],
@@ -142,12 +141,3 @@ class OciDriver(PowerDriver):
         found = self._find(node)
         return NodeResult(node=node, ok=True,
                           power=OFF if found is None else self._power(found.lifecycle_state))
-
-    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._on)
-
-    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
-        return self._each(nodes, lambda node: self._off(node, force))
-
-    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._status)

@@ -8,13 +8,12 @@ Credentials: the node's entry or ``default`` in the config's ``credentials``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from .base import OFF, ON, UNKNOWN, NodeResult, PowerDriver
+from .base import OFF, ON, UNKNOWN, NodeResult, PerNodeDriver
 
 
-class RedfishDriver(PowerDriver):
+class RedfishDriver(PerNodeDriver):
     name = "redfish"
 
     def _system(self, node: str) -> Any:
@@ -66,12 +65,3 @@ class RedfishDriver(PowerDriver):
 
     def _status(self, node: str) -> NodeResult:
         return NodeResult(node=node, ok=True, power=self._power(self._system(node)))
-
-    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._on)
-
-    def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
-        return self._each(nodes, lambda node: self._off(node, force))
-
-    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        return self._each(nodes, self._status)

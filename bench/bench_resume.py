@@ -1,0 +1,132 @@
+"""Submit-to-start latency of a job on a powered-down elastic node, split into its parts.
+
+For each round: the elastic node is powered down (container stopped), a one-node job is
+submitted for it, and the benchmark records, on the host's clock (the containers share it):
+
+- slurmctld -> program: submit until the ResumeProgram's first log line;
+- driver: the power driver's call (podman REST API start) from the program's log;
+- slurmd registration: driver done until slurmctld shows the node up (no longer
+  POWERING_UP);
+
+and, in the same run, a raw container start: ``podman start`` until the node's slurmd is
+active. The overhead metalslurm and Slurm add is the total minus the raw start; the target
+is under 5 s.
+
+    .venv/bin/python bench/bench_resume.py [--rounds 5] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.power_log import resume_timeline  # noqa: E402
+
+STACK = REPO / "bench" / "Pulumi.bench-elastic.yaml"
+CLUSTER = "ms-bench-el"
+NODE = "gpu-002"
+LOG = "/var/log/slurm/metalslurm-power.log"
+OVERHEAD_TARGET_S = 5.0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+
+
+def ctl(command: str) -> str:
+    return subprocess.run(["podman", "exec", f"{CLUSTER}-ctl", "sh", "-c", command],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def node_state() -> str:
+    return ctl(f"sinfo --noheader --Node --nodes={NODE} --format=%T | head -1")
+
+
+def wait(what: str, probe, timeout: float = 180.0, every: float = 0.1) -> float:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if probe():
+            return time.time()
+        time.sleep(every)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def power_down() -> None:
+    if not node_state().endswith("~"):
+        ctl(f"scontrol update nodename={NODE} state=POWER_DOWN_FORCE reason=bench")
+    wait("the node to power down", lambda: node_state() == "idle~", every=0.5)
+
+
+def raw_container_start() -> float:
+    """podman start until slurmd is active inside (then back to powered down)."""
+    start = time.time()
+    subprocess.run(["podman", "start", f"{CLUSTER}-{NODE}"], check=True, capture_output=True)
+    end = wait("slurmd in the raw start", lambda: subprocess.run(
+        ["podman", "exec", f"{CLUSTER}-{NODE}", "systemctl", "is-active", "-q", "slurmd"],
+        check=False).returncode == 0)
+    wait("slurmctld to take the node", lambda: node_state() in ("idle", "idle~"), every=0.5)
+    power_down()
+    return end - start
+
+
+def resume_round() -> dict[str, float]:
+    submit = time.time()
+    job = ctl(f"sbatch --parsable --nodelist={NODE} --nodes=1 -o /dev/null --wrap=true")
+    registered = wait("the node to register", lambda: not node_state().endswith(("#", "~")))
+
+    events = [json.loads(line) for line in ctl(f"cat {LOG}").splitlines()
+              if line.startswith("{")]
+    timeline = resume_timeline(events, NODE)
+    assert timeline and timeline["ok"], timeline
+    wait(f"job {job} to finish", lambda: ctl(f"squeue --noheader --jobs={job}") == "",
+         every=0.5)
+    power_down()
+    return {"slurmctld->program": timeline["invoked"] - submit,
+            "driver": timeline["driver_end"] - timeline["driver_start"],
+            "slurmd registration": registered - timeline["driver_end"],
+            "total": registered - submit}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    args = parser.parse_args()
+    cli("local", "down", "--stack", str(STACK))
+    up = cli("local", "up", "--stack", str(STACK), "--no-verify")
+    if up.returncode != 0:
+        print(up.stdout[-3000:])
+        return 1
+    try:
+        power_down()
+        rounds, raws = [], []
+        for i in range(args.rounds):
+            raws.append(raw_container_start())
+            rounds.append(resume_round())
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rounds[-1].items())
+                  + f"; raw container start {raws[-1]:.2f} s", flush=True)
+    finally:
+        if not args.keep:
+            cli("local", "down", "--stack", str(STACK))
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    raw = statistics.median(raws)
+    overhead = med["total"] - raw
+    print(f"median of {args.rounds}: " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
+    print(f"raw container start (podman start -> slurmd active), median: {raw:.2f} s")
+    print(f"overhead beyond the raw start: {overhead:.2f} s = {overhead / OVERHEAD_TARGET_S:.2f} "
+          f"of the {OVERHEAD_TARGET_S:.0f} s target "
+          f"({'met' if overhead < OVERHEAD_TARGET_S else 'NOT met'})")
+    return 0 if overhead < OVERHEAD_TARGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
