@@ -106,8 +106,10 @@ def test_a_priority_job_preempts_a_train_job_which_is_requeued_and_completes(clu
     train = submit("alice", "--partition=train --nodes=2 --exclusive --time=10 "
                    "--wrap='sleep 25'")
     wait_for(f"train job {train} to run", lambda: job_field(train, "%T") == "RUNNING")
-    urgent = submit("alice", "--partition=priority --nodes=1 --exclusive --time=5 "
-                    "--wrap='sleep 3'")
+    # On a node the train job holds: with elastic capacity free, Slurm would rather power
+    # up a node than preempt.
+    urgent = submit("alice", "--partition=priority --nodes=1 --nodelist=gpu-001 --exclusive "
+                    "--time=5 --wrap='sleep 3'")
     assert wait_for(f"priority job {urgent} to finish", lambda: final_state(urgent)) == \
         "COMPLETED"
     restarts = ctl(f"scontrol show job {train}").stdout
