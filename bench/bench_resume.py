@@ -72,7 +72,7 @@ def raw_container_start() -> float:
     subprocess.run(["podman", "start", f"{CLUSTER}-{NODE}"], check=True, capture_output=True)
     end = wait("slurmd in the raw start", lambda: subprocess.run(
         ["podman", "exec", f"{CLUSTER}-{NODE}", "systemctl", "is-active", "-q", "slurmd"],
-        check=False).returncode == 0)
+        stderr=subprocess.DEVNULL, check=False).returncode == 0)
     wait("slurmctld to take the node", lambda: node_state() in ("idle", "idle~"), every=0.5)
     power_down()
     return end - start
