@@ -26,7 +26,14 @@ POWER_LOG = "/var/log/slurm/metalslurm-power.log"
 @pytest.fixture(scope="module")
 def cluster(debian13_up):
     assert debian13_up.returncode == 0, debian13_up.stdout[-3000:]
-    assert all_powered_down(), "the elastic nodes should start powered down"
+    # Earlier tests' jobs (a requeued job, say) may have powered an elastic node up.
+    wait_for_elastic_nodes_down()
+
+
+def wait_for_elastic_nodes_down() -> None:
+    """Until both elastic nodes are powered down (Slurm's SuspendTime, or a resume that
+    runs into ResumeTimeout, then the requeued job's run and SuspendTime again)."""
+    wait_for("the elastic nodes to be powered down", all_powered_down, timeout=400)
 
 
 def container_state(node: str) -> str:
