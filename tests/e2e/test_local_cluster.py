@@ -23,7 +23,7 @@ STACK = STACKS / "Pulumi.e2e-debian13.yaml"
 CLUSTER = "ms-e2e13"
 STATE = REPO / ".metalslurm" / "e2e-debian13"
 INVENTORY = STATE / "inventory.yml"
-NODES = ["ctl", "gpu-001", "gpu-002"]
+NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004"]  # gpu-003, gpu-004: elastic
 
 
 @pytest.fixture(scope="module")
