@@ -18,9 +18,10 @@ host-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt roles/slurm_elastic/files/metalslurm-power/pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -e roles/slurm_elastic/files/metalslurm-power
 	touch $@
 
 up: deps

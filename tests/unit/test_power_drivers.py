@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,13 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from metalslurm_power.drivers import make_driver
+from metalslurm_power.drivers.base import OFF, ON
 from power_helpers import podman_nodes
-from power_helpers.env import FILES, HELPERS
-
-assert FILES.is_dir()  # power_helpers.env put the role's files/ on sys.path
-
-from metalslurm_power.drivers import make_driver  # noqa: E402
-from metalslurm_power.drivers.base import OFF, ON  # noqa: E402
+from power_helpers.env import HELPERS, REPO
 
 SKIP = podman_nodes.available()
 needs_podman = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
@@ -153,9 +152,9 @@ def redfish_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -
     htpasswd.write_text(f"{USER}:{digest}\n")
     port = free_port()
     log = open(tmp / "emulator.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, str(HELPERS / "redfish_podman_bmc.py"),
+    proc = subprocess.Popen([sys.executable, "-m", "power_helpers.redfish_podman_bmc",
                              "--port", str(port), "--htpasswd", str(htpasswd), *machines[:2]],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            cwd=HELPERS.parent, stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -227,9 +226,9 @@ def ipmi_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> I
     tmp = tmp_path_factory.mktemp("ipmi")
     port = free_port(socket.SOCK_DGRAM)
     log = open(tmp / "bmc.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, str(HELPERS / "ipmi_podman_bmc.py"), "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "power_helpers.ipmi_podman_bmc", "--port",
                              str(port), "--user", USER, "--password", PASSWORD, machines[2]],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            cwd=HELPERS.parent, stdout=log, stderr=subprocess.STDOUT)
     try:
         time.sleep(0.5)  # UDP: nothing to connect to; the first request retries anyway
         assert proc.poll() is None, (tmp / "bmc.log").read_text()
@@ -265,6 +264,18 @@ def test_ipmi_wrong_password_is_an_error(ipmi_bmc: int, all_off: list[str]) -> N
 
 
 # --- oci: SDK against a local stand-in for the Compute API ---------------------------------
+
+def test_controllers_get_the_oci_sdk_these_tests_use() -> None:
+    """The slurm_elastic role pins the SDK it installs; pyproject.toml's dev extra pins the
+    SDK these tests run against: one version, or the tests prove a different SDK."""
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["dev"]
+    tested = [req for req in dev if req.startswith("oci==")]
+    defaults = yaml.safe_load((REPO / "roles/slurm_elastic/defaults/main.yml").read_text())
+    assert tested == [defaults["slurm_elastic_oci_sdk"]], (
+        f"roles/slurm_elastic/defaults/main.yml pins {defaults['slurm_elastic_oci_sdk']}, "
+        f"pyproject.toml's dev extra {tested}")
+
 
 class ComputeApi(BaseHTTPRequestHandler):
     """Answers the few Compute API calls the driver makes; records every request."""
@@ -419,8 +430,8 @@ def test_oci_api_error_is_a_node_error(compute_api: tuple[str, str]) -> None:
 
 
 def test_drivers_import_their_library_lazily() -> None:
-    code = (f"import sys; sys.path.insert(0, {str(FILES)!r}); import metalslurm_power.cli, "
-            "metalslurm_power.drivers; print(sorted(m for m in ('sushy', 'pyghmi', 'oci', "
+    code = ("import sys, metalslurm_power.cli, metalslurm_power.drivers; "
+            "print(sorted(m for m in ('sushy', 'pyghmi', 'oci', "
             "'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ}).stdout.strip()

@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from metalslurm_power import actions
+from metalslurm_power.config import ConfigError, load_config, parse_config
+from metalslurm_power.drivers.base import OFF, ON, NodeResult, PowerDriver
+from metalslurm_power.eventlog import EventLog
+from metalslurm_power.slurm import NodeState, Slurm, parse_show_node
 from power_helpers.env import (
-    FILES,
     FIXTURES,
+    REPO,
+    SCRIPTS,
     FakeSlurm,
     read_log,
     write_config,
 )
-
-assert FILES.is_dir()  # power_helpers.env put the role's files/ on sys.path
-
-from metalslurm_power import actions  # noqa: E402
-from metalslurm_power.config import ConfigError, load_config, parse_config  # noqa: E402
-from metalslurm_power.drivers.base import OFF, ON, NodeResult, PowerDriver  # noqa: E402
-from metalslurm_power.eventlog import EventLog  # noqa: E402
-from metalslurm_power.slurm import NodeState, Slurm, parse_show_node  # noqa: E402
 
 MISSING_SOCKET = "/nonexistent/metalslurm-test/podman.sock"
 
@@ -87,12 +84,12 @@ def context(tmp_path: Path, fake: FakeSlurm, nodes: dict[str, dict], driver: Rec
                            dry_run=dry_run, driver_factory=lambda name, params, creds: driver)
 
 
-def run_program(module: str, hostlist: str, config: Path, fake: FakeSlurm, *extra: str,
+def run_program(program: str, hostlist: str, config: Path, fake: FakeSlurm, *extra: str,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``metalslurm-<program>``, the console script slurmctld runs."""
     return subprocess.run(
-        [sys.executable, "-m", f"metalslurm_power.{module}", hostlist, "--config", str(config),
-         *extra], capture_output=True, text=True, env=fake.env(**(env or {})), timeout=60,
-        check=False)
+        [str(SCRIPTS / f"metalslurm-{program}"), hostlist, "--config", str(config), *extra],
+        capture_output=True, text=True, env=fake.env(**(env or {})), timeout=60, check=False)
 
 
 # --- scontrol output parsing (recorded Slurm 24.11.5 output) -------------------------------
@@ -272,7 +269,7 @@ def test_resume_fail_after_resume_timeout(tmp_path: Path, fake: FakeSlurm) -> No
     fake.set_nodes({"gpu-003": "DOWN+CLOUD+POWERED_DOWN"},
                    reasons={"gpu-003": "ResumeTimeout reached"})
     config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-003"))
-    proc = run_program("resume_fail", "gpu-003", config, fake, "--foreground")
+    proc = run_program("resume-fail", "gpu-003", config, fake, "--foreground")
     assert proc.returncode == 1  # the machine could not be reached to power it off
     assert fake.updates() == [["update", "nodename=gpu-003", "state=RESUME"]]
     assert fake.states() == {"gpu-003": "IDLE+CLOUD+POWERED_DOWN"}
@@ -338,16 +335,13 @@ def test_bad_config_is_reported_to_slurmctld(tmp_path: Path, fake: FakeSlurm) ->
     assert "nodes.gpu-001.driver" in proc.stderr
 
 
-def test_wrapper_scripts_run_the_programs(tmp_path: Path, fake: FakeSlurm) -> None:
-
+@pytest.mark.parametrize("program", ["resume", "suspend", "resume-fail", "reconcile"])
+def test_console_scripts_run_the_programs(tmp_path: Path, fake: FakeSlurm, program: str) -> None:
     config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
-    for name in ("resume", "suspend", "resume-fail", "reconcile"):
-        proc = subprocess.run(
-            [sys.executable, str(FILES / "sbin" / f"metalslurm-{name}"), "", "--config",
-             str(config), "--foreground", "--dry-run"],
-            capture_output=True, text=True, env=fake.env(METALSLURM_POWER_LIB=str(FILES)),
-            timeout=30, check=False)
-        assert proc.returncode == 0, (name, proc.stderr)
+    proc = run_program(program, "", config, fake, "--foreground", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    ends = [e for e in read_log(tmp_path / "power.log") if e["event"] == "program_end"]
+    assert [(e["program"], e["rc"]) for e in ends] == [(program, 0)]
 
 
 # --- reconcile ---------------------------------------------------------------------------
@@ -421,7 +415,7 @@ def test_reconcile_dry_run(tmp_path: Path, fake: FakeSlurm) -> None:
 def test_power_log_gives_the_resume_timeline(tmp_path: Path, fake: FakeSlurm) -> None:
     import importlib.util
 
-    path = FILES.parents[2] / "bench/power_log.py"
+    path = REPO / "bench/power_log.py"
     spec = importlib.util.spec_from_file_location("power_log", path)
     power_log = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(power_log)

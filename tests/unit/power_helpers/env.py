@@ -1,4 +1,8 @@
-"""Shared test setup: import path of the role's package, a fake scontrol on PATH, configs."""
+"""Shared test setup: a fake scontrol on PATH, power configs, the power log.
+
+The programs' package (roles/slurm_elastic/files/metalslurm-power) is installed in the dev
+environment (Makefile: ``pip install -e``), with its console scripts next to the interpreter.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
-FILES = REPO / "roles/slurm_elastic/files"
 FIXTURES = REPO / "tests/fixtures/slurm"
 HELPERS = Path(__file__).resolve().parent
-
-if str(FILES) not in sys.path:
-    sys.path.insert(0, str(FILES))
+# The console scripts (metalslurm-resume, ...) of the installed package.
+SCRIPTS = Path(sys.executable).parent
 
 
 class FakeSlurm:
@@ -62,7 +64,6 @@ class FakeSlurm:
         env = dict(os.environ)
         env["FAKE_SLURM_DIR"] = str(self.root)
         env["PATH"] = f"{self.bin}:{env.get('PATH', '')}"
-        env["PYTHONPATH"] = str(FILES)
         env.update(extra)
         return env
 

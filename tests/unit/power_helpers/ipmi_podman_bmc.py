@@ -1,22 +1,19 @@
 """A real IPMI 2.0 (RMCP+) BMC for the ipmi driver's tests: pyghmi's BMC server, whose chassis
 power commands start and stop one podman container.
 
-    python ipmi_podman_bmc.py --port P --user U --password W ms-bmc-test-N
+    python -m power_helpers.ipmi_podman_bmc --port P --user U --password W ms-bmc-test-N
 
-Listens on 127.0.0.1 (UDP) only.
+(from tests/unit, as test_power_drivers.py runs it). Listens on 127.0.0.1 (UDP) only.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pyghmi.ipmi.bmc as bmc
+from pyghmi.ipmi.private import serversession
 
-import podman_nodes  # noqa: E402
-import pyghmi.ipmi.bmc as bmc  # noqa: E402
-from pyghmi.ipmi.private import serversession  # noqa: E402
+from . import podman_nodes
 
 _open_session_response = serversession.ServerSession.create_open_session_response
 

@@ -1,23 +1,21 @@
 """A real Redfish server for the redfish driver's tests: the sushy-tools emulator (its Flask
 app, unmodified) with a systems driver whose power actions start and stop podman containers.
 
-    python redfish_podman_bmc.py --port P --htpasswd FILE ms-bmc-test-1 [ms-bmc-test-2 ...]
+    python -m power_helpers.redfish_podman_bmc --port P --htpasswd FILE ms-bmc-test-1 [...]
 
-Each container is one Redfish System, identity = container name. Listens on 127.0.0.1 only.
+(from tests/unit, as test_power_drivers.py runs it). Each container is one Redfish System,
+identity = container name. Listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sushy_tools.emulator import main as emulator
+from sushy_tools.emulator.resources.systems.fakedriver import FakeDriver
 
-import podman_nodes  # noqa: E402
-from sushy_tools.emulator import main as emulator  # noqa: E402
-from sushy_tools.emulator.resources.systems.fakedriver import FakeDriver  # noqa: E402
+from . import podman_nodes
 
 
 class PodmanSystemsDriver(FakeDriver):

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ class EventLog:
     def event(self, event: str, **fields: Any) -> dict[str, Any]:
         now = time.time()
         record: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
+            "ts": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="milliseconds"),
             "t": round(now, 4),
             "program": self.program,
             "pid": os.getpid(),

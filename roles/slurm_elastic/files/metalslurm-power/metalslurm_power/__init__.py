@@ -2,7 +2,6 @@
 and a reconciler, calling one power driver per node (local podman, Redfish, IPMI, OCI).
 
 Standard library only at import time; each driver imports its client library when used.
-Programs: ``python3 -m metalslurm_power.{resume,suspend,resume_fail,reconcile}``.
+Programs: the console scripts ``metalslurm-{resume,suspend,resume-fail,reconcile}``
+(``pyproject.toml``, entry functions in ``metalslurm_power.cli``).
 """
-
-__version__ = "0.1.0"

@@ -97,7 +97,7 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
     for key, default in (("settle_timeout", 180.0), ("stuck_after", 600.0),
                          ("poll_interval", 2.0)):
         value = raw.get(key, default)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")
             value = default
         numbers[key] = float(value)

@@ -139,3 +139,21 @@ def main(program: str, argv: Sequence[str] | None = None) -> int:
     if not args.foreground:
         os._exit(rc)
     return rc
+
+
+# Console scripts (pyproject.toml [project.scripts]): one entry function per program.
+
+def resume_main() -> int:
+    return main("resume")
+
+
+def suspend_main() -> int:
+    return main("suspend")
+
+
+def resume_fail_main() -> int:
+    return main("resume-fail")
+
+
+def reconcile_main() -> int:
+    return main("reconcile")

@@ -68,7 +68,7 @@ class PowerDriver(abc.ABC):
         if len(nodes) <= 1:
             return {node: guarded(node) for node in nodes}
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(nodes))) as pool:
-            return dict(zip(nodes, pool.map(guarded, nodes), strict=True))
+            return dict(zip(nodes, pool.map(guarded, nodes)))
 
 
 class PerNodeDriver(PowerDriver):

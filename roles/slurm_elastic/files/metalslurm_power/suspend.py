@@ -1,8 +1,0 @@
-"""``python3 -m metalslurm_power.suspend``: see metalslurm_power.cli."""
-
-import sys
-
-from .cli import main
-
-if __name__ == "__main__":
-    sys.exit(main("suspend"))
