@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE, ClusterConfig
+from infra.config import ClusterConfig
+from infra.schema import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
@@ -85,7 +86,8 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
     for part in cfg.partitions:
         nodes = [n for n in compute if not part.pools or pool_of[n] in part.pools]
         partitions.append({"name": part.name, "nodes": nodes, "default": part.default,
-                           "max_time": part.max_time, "options": dict(part.options)})
+                           "max_time": part.max_time, "default_time": part.default_time,
+                           "options": dict(part.options)})
     acct = cfg.accounting
     el = cfg.elastic
     return {

@@ -9,6 +9,7 @@ advises for large systems.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,14 @@ def expand_hostlist(expression: str) -> list[str]:
     return list(hostlist.expand_hostlist(expression))
 
 
+# What a value in slurm.conf, cgroup.conf or gres.conf may hold unquoted: printable ASCII
+# without spaces; '#' starts a comment and a trailing backslash joins the next line.
+_VALUE_RE = re.compile(r"[!-~]+")
+# Slurm time limits: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED.
+SLURM_TIME_RE = re.compile(
+    r"UNLIMITED|INFINITE|\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}){0,2}")
+
+
 def slurm_value(value: Any) -> str:
     """Render one value the way slurm.conf wants it."""
     if isinstance(value, bool):
@@ -40,9 +49,38 @@ def slurm_value(value: Any) -> str:
     if isinstance(value, Mapping):
         return ",".join(f"{k}={slurm_value(v)}" for k, v in sorted(value.items()))
     text = str(value)
-    if not text or any(c.isspace() for c in text) or "#" in text:
-        raise SlurmConfError(f"value {text!r} cannot be written unquoted in a Slurm config")
+    if not _VALUE_RE.fullmatch(text) or "#" in text or text.endswith("\\"):
+        raise SlurmConfError(f"value {text!r} cannot be written unquoted in a Slurm config "
+                             "(no spaces, line breaks, '#' or a trailing backslash)")
     return text
+
+
+def shorter_time(a: str, b: str) -> str:
+    """The shorter of two Slurm time limits (UNLIMITED is the longest)."""
+    sa, sb = slurm_time_seconds(a), slurm_time_seconds(b)
+    if sa is None:
+        return b
+    return a if sb is None or sa <= sb else b
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds of a Slurm time limit (``30`` minutes, ``2:00:00``, ``7-00:00:00``);
+    None for UNLIMITED/INFINITE. Raises SlurmConfError for anything else."""
+    if not SLURM_TIME_RE.fullmatch(text):
+        raise SlurmConfError(f"{text!r} is not a Slurm time such as 30, 2:00:00 or 7-00:00:00")
+    if text in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, clock = text.rpartition("-") if "-" in text else ("", "", text)
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 1:
+        return parts[0] * 60  # minutes
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]  # MM:SS
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]  # HH:MM:SS
 
 
 def settings_lines(settings: Mapping[str, Any]) -> list[str]:

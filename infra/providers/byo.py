@@ -16,12 +16,10 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from infra.cluster import ClusterArgs, Machines
-from infra.config import ByoHost, ByoSettings, ClusterConfig
+from infra.config import ClusterConfig
 from infra.inventory import NodeSpec
-
-# What the roles support: (os-release ID, VERSION_ID).
-SUPPORTED_OS = (("debian", "12"), ("debian", "13"), ("ubuntu", "22.04"), ("ubuntu", "24.04"))
+from infra.machines import ClusterArgs, Machines
+from infra.providers.byo_config import OS_RELEASES, ByoHost, ByoSettings
 
 
 def _settings(cfg: ClusterConfig) -> ByoSettings:
@@ -79,17 +77,20 @@ def _jump_host(cfg: ClusterConfig) -> str | None:
     return f"{byo.ssh_user}@{ctl.public_address}" if ctl.public_address else None
 
 
-def host_check_script(name: str, gpu_count: int, os_release: str = "/etc/os-release") -> str:
-    """A POSIX shell script that fails with a sentence naming the host when it is unfit."""
-    supported = " ".join(f"{i}:{v}" for i, v in SUPPORTED_OS)
+def host_check_script(name: str, gpu_count: int, os_name: str,
+                      os_release: str = "/etc/os-release") -> str:
+    """A POSIX shell script that fails with a sentence naming the host when it is unfit:
+    it must run the stack's ``metalslurm:os`` (every node the same OS, so the same Slurm
+    release) and, when ``nvidia-smi`` exists, show the configured GPU count."""
+    os_id, version = OS_RELEASES[os_name]
     n = shlex.quote(name)
     return f"""set -u
 . {shlex.quote(os_release)} 2>/dev/null ||
   {{ echo "host {n}: cannot read {os_release}" >&2; exit 1; }}
-case " {supported} " in
-  *" $ID:$VERSION_ID "*) ;;
-  *) echo "host {n}: runs $ID $VERSION_ID; supported: {supported}" >&2; exit 1 ;;
-esac
+if [ "$ID:$VERSION_ID" != "{os_id}:{version}" ]; then
+  echo "host {n}: runs $ID $VERSION_ID; metalslurm:os is {os_name} ({os_id} {version})" >&2
+  exit 1
+fi
 if command -v nvidia-smi >/dev/null 2>&1; then
   found=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -c .)
   if [ "$found" -ne {gpu_count} ]; then
@@ -121,8 +122,8 @@ def byo_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
                 proxy=None if spec.ansible_host else proxy)
             checks.append(command.remote.Command(
                 f"{name}-check-{spec.name}", connection=connection,
-                create=host_check_script(spec.name, spec.gpu_count),
-                triggers=[spec.address, spec.gpu_count],
+                create=host_check_script(spec.name, spec.gpu_count, cfg.os),
+                triggers=[spec.address, spec.gpu_count, cfg.os],
                 opts=pulumi.ResourceOptions(parent=parent)))
     ctl = next(s for s in specs if "slurm_controller" in s.groups)
     jump = _jump_host(cfg)

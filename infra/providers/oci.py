@@ -23,9 +23,10 @@ from typing import Any
 
 import pulumi
 
-from infra.cluster import ClusterArgs, Machines
-from infra.config import ClusterConfig, OciSettings
+from infra.config import ClusterConfig
 from infra.inventory import NodeSpec
+from infra.machines import ClusterArgs, Machines
+from infra.providers.oci_config import OciSettings
 
 CONTROLLER_HOST_INDEX = 10  # controller at <subnet>.10, NFS .11, compute nodes from .12
 FLEX_OCPUS = 8

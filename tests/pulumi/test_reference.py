@@ -1,33 +1,73 @@
-"""README's stack config reference, Pulumi.yaml and the parser name the same keys."""
+"""One source for every stack key and default: infra/config.py's STACK_KEYS.
+
+``Pulumi.yaml`` declares the keys Pulumi can type with the parser's defaults, Pulumi's
+project schema accepts the file, and the README's reference table names every key.
+"""
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
-from infra.config import _TOP_KEYS, NAMESPACE, SECRET_KEYS
+from infra.config import DEFAULTS, STACK_KEYS, TOP_KEYS, parse_config, pulumi_project_config
+from infra.schema import NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
+# The rules of Pulumi's project file schema for config declarations
+# (pulumi/pulumi sdk/go/common/workspace/project.json, $defs configTypeDeclaration and
+# simpleConfigType; and config.go mergeConfig: a declared project key with neither
+# default nor value is reported missing in every stack that does not set it).
+PULUMI_CONFIG_TYPES = ("string", "integer", "boolean", "array")
+PULUMI_DECLARATION_FIELDS = {"type", "items", "description", "secret", "default"}
 
 
 def _declared() -> dict:
     return yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
 
 
-def test_readme_table_matches_pulumi_yaml():
+def _readme_rows() -> dict[str, str]:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Stack config reference", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `(metalslurm:[A-Za-z]+)` \|", section, re.M)
-    assert len(documented) == len(set(documented))
-    assert sorted(documented) == sorted(_declared())
+    rows = re.findall(r"^\| `(metalslurm:[A-Za-z]+)` \| (.*?) \|", section, re.M)
+    assert len(rows) == len({k for k, _ in rows}), "a key is documented twice"
+    return dict(rows)
 
 
-def test_pulumi_yaml_declares_every_parsed_key_with_type_and_description():
-    declared = _declared()
-    assert sorted(declared) == sorted(f"{NAMESPACE}:{k}" for k in _TOP_KEYS)
-    for key, spec in declared.items():
-        assert spec.get("type") and spec.get("description"), key
-        name = key.partition(":")[2]
-        assert bool(spec.get("secret")) == (name in SECRET_KEYS), key
-        if name not in SECRET_KEYS:
-            assert "default" in spec, key
+def test_readme_table_names_every_stack_key():
+    assert sorted(_readme_rows()) == sorted(f"{NAMESPACE}:{k}" for k in TOP_KEYS)
+
+
+@pytest.mark.parametrize("stack_key", [k for k in STACK_KEYS if k.pulumi_type],
+                         ids=lambda k: k.name)
+def test_readme_shows_the_parsers_default_of_each_scalar_key(stack_key):
+    shown = _readme_rows()[f"{NAMESPACE}:{stack_key.name}"]
+    assert shown == f"`{str(stack_key.default).lower()}`" if isinstance(stack_key.default, bool) \
+        else shown == f"`{stack_key.default}`"
+
+
+def test_pulumi_yaml_declares_the_typed_keys_with_the_parsers_defaults():
+    assert _declared() == pulumi_project_config()
+
+
+@pytest.mark.parametrize("name", sorted(_declared()))
+def test_pulumi_yaml_declarations_follow_pulumis_project_schema(name):
+    spec = _declared()[name]
+    assert set(spec) <= PULUMI_DECLARATION_FIELDS, name
+    assert spec["type"] in PULUMI_CONFIG_TYPES, f"{name}: Pulumi has no config type {spec['type']}"
+    if spec["type"] == "array":
+        assert "items" in spec, f"{name}: an array declaration needs items"
+    # Without a default Pulumi requires the key in every stack (the local stack too).
+    assert "default" in spec, f"{name}: a declared key without a default is required"
+
+
+@pytest.mark.parametrize("name", sorted(_declared()))
+def test_every_default_pulumi_applies_is_what_the_parser_uses(name):
+    """Pulumi writes a declared default into every stack that lacks the key; the cluster it
+    describes must be the one 'metalslurm local up' builds from a stack without it."""
+    assert parse_config({name: _declared()[name]["default"]}) == parse_config({})
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_every_default_given_explicitly_parses_to_the_same_cluster(name):
+    assert parse_config({f"{NAMESPACE}:{name}": DEFAULTS[name]}) == parse_config({})

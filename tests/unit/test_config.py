@@ -88,7 +88,8 @@ BAD = [
     (ms(privateCidr="10.77.0.1/24"), "metalslurm:privateCidr", "host bits"),
     (ms(privateCidr="8.8.8.0/24"), "metalslurm:privateCidr", "not a private range"),
     (ms(privateCidr="10.77.0.0/30"), "metalslurm:privateCidr", "too small"),
-    (ms(os="centos7"), "metalslurm:os", "debian12, debian13"),
+    (ms(os="centos7"), "metalslurm:os", "debian12, debian13, ubuntu22.04, ubuntu24.04"),
+    (ms(os="ubuntu22.04"), "metalslurm:os", "the local provider builds Debian node images only"),
     (ms(provider="aws"), "metalslurm:provider", "allowed values: local"),
     (ms(clusterName="My_Cluster"), "metalslurm:clusterName", "lower-case"),
     (ms(controller={"name": "ctl_1"}), "metalslurm:controller.name", "host name"),
@@ -152,6 +153,51 @@ BAD = [
      "metalslurm:accounting.qos[0].limits.GrpTRESMins", "without spaces"),
     (ms(accounting={"qos": [{"name": "gpu"}, {"name": "gpu"}]}),
      "metalslurm:accounting.qos", "more than once"),
+    # Every QOS limit is checked as sacctmgr would take it, before anything exists.
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"GrpTRESMins": "gres/gpu=-43200"}}]}),
+     "metalslurm:accounting.qos[0].limits.GrpTRESMins", "'gres/gpu=-43200' is negative"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"MaxTRESPerUser": "gpus:8"}}]}),
+     "metalslurm:accounting.qos[0].limits.MaxTRESPerUser", "not a TRES limit"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"MaxTRESPerUser": "gres/gpu=8G"}}]}),
+     "metalslurm:accounting.qos[0].limits.MaxTRESPerUser", "only mem takes a unit"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"MaxJobsPerUser": -1}}]}),
+     "metalslurm:accounting.qos[0].limits.MaxJobsPerUser", "whole number of 0 or more"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"MaxWall": "a week"}}]}),
+     "metalslurm:accounting.qos[0].limits.MaxWall", "without spaces"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"MaxWall": "7days"}}]}),
+     "metalslurm:accounting.qos[0].limits.MaxWall", "not a Slurm time"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"UsageFactor": -2}}]}),
+     "metalslurm:accounting.qos[0].limits.UsageFactor", "0 or more"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"Flags": "DenyOnLimit,Nodecay"}}]}),
+     "metalslurm:accounting.qos[0].limits.Flags", "'Nodecay' is not a QOS flag"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"Preempt": "scavenger"}}]}),
+     "metalslurm:accounting.qos[0].limits.Preempt", "'scavenger' is not a QOS"),
+    (ms(accounting={"qos": [{"name": "gpu", "limits": {"PreemptMode": "kill"}}]}),
+     "metalslurm:accounting.qos[0].limits.PreemptMode", "not one of cluster"),
+    # What slurm.conf cannot hold is refused here, not when Ansible renders it.
+    (ms(slurmConf={"SchedulerParameters": "bf_interval=30\nbf_window=60"}),
+     "metalslurm:slurmConf.SchedulerParameters", "cannot be written unquoted"),
+    (ms(slurmConf={"SchedulerParameters": "bf_interval=30 bf_window=60"}),
+     "metalslurm:slurmConf.SchedulerParameters", "no spaces"),
+    (ms(slurmConf={"JobSubmitPlugins": "lua#x"}),
+     "metalslurm:slurmConf.JobSubmitPlugins", "cannot be written unquoted"),
+    (ms(slurmConf={"Prolog": "/etc/slurm/prolog.sh\\"}),
+     "metalslurm:slurmConf.Prolog", "trailing backslash"),
+    (ms(slurmConf={"Sched Params": "x"}), "metalslurm:slurmConf", "not a Slurm setting name"),
+    (ms(slurmConf=["SchedulerParameters=x"]), "metalslurm:slurmConf", "must be a mapping"),
+    (ms(partitions=[{"name": "a", "options": {"AllowAccounts": "team-a team-b"}}]),
+     "metalslurm:partitions[0].options.AllowAccounts", "no spaces"),
+    (ms(partitions=[{"name": "a", "options": {"MaxTime": "2:00:00"}}]),
+     "metalslurm:partitions[0].options.MaxTime", "set that instead"),
+    (ms(partitions=[{"name": "a", "maxTime": "2:00:00", "defaultTime": "3:00:00"}]),
+     "metalslurm:partitions[0].defaultTime", "longer than maxTime 2:00:00"),
+    (ms(partitions=[{"name": "a", "maxTime": "2:00:00", "defaultTime": "UNLIMITED"}]),
+     "metalslurm:partitions[0].defaultTime", "longer than maxTime"),
+    (ms(partitions=[{"name": "a", "defaultTime": "UNLIMITED"}],
+        accounting={"qos": [{"name": "gpu", "limits": {"GrpTRESMins": "gres/gpu=600"}}]}),
+     "metalslurm:partitions[0].defaultTime", "would be held forever"),
+    (ms(partitions=[{"name": "a", "defaultTime": "one day"}]),
+     "metalslurm:partitions[0].defaultTime", "Slurm time"),
     (ms(users=[{"name": "alice", "uid": 2001}, {"name": "bob", "uid": 2001}]),
      "metalslurm:users", "uid '2001' is used more than once"),
     (ms(users=[{"name": "alice", "uid": 0}]), "metalslurm:users[0].uid", "at least 1000"),
@@ -198,6 +244,54 @@ def test_unreadable_stack_files(tmp_path, text, fragment):
     with pytest.raises(ConfigError) as err:
         load_stack_file(path)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["", "config:\n", "config: {}\n",
+                                  "config:\n  oci:region: eu-frankfurt-1\n"])
+def test_a_stack_file_without_metalslurm_config_is_refused(tmp_path, text):
+    """It would describe the default cluster without saying so."""
+    path = tmp_path / "Pulumi.empty.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_stack_file(path)
+    assert err.value.problems == [
+        "the file has no metalslurm: config, so it would describe the default cluster without "
+        "saying so; add 'config:' with at least 'metalslurm:provider' (see "
+        "Pulumi.example-local.yaml)"]
+
+
+def test_every_partition_gets_a_default_time():
+    """A job without --time gets a bounded limit, so GPU-minute budgets can be checked."""
+    cfg = parse_config(ms(partitions=[
+        {"name": "short", "maxTime": "4:00:00"},
+        {"name": "long", "maxTime": "14-00:00:00"},
+        {"name": "open"},
+        {"name": "given", "maxTime": "7-00:00:00", "defaultTime": "2-00:00:00"}]))
+    assert [(p.name, p.max_time, p.default_time) for p in cfg.partitions] == [
+        ("short", "4:00:00", "4:00:00"), ("long", "14-00:00:00", "1-00:00:00"),
+        ("open", "UNLIMITED", "1-00:00:00"), ("given", "7-00:00:00", "2-00:00:00")]
+
+
+def test_default_partitions_have_default_times_within_their_max_times():
+    assert [(p.name, p.default_time) for p in parse_config({}).partitions] == [
+        ("debug", "30:00"), ("train", "1-00:00:00"), ("priority", "1-00:00:00")]
+
+
+def test_qos_limits_in_every_form_sacctmgr_takes_are_accepted():
+    cfg = parse_config(ms(accounting={"qos": [{"name": "gpu", "limits": {
+        "GrpTRESMins": "gres/gpu=43200,gres/gpu:h100=43200", "MaxTRESPerUser": "cpu=64,mem=512G",
+        "MaxJobsPerUser": 10, "MaxWall": "7-00:00:00", "UsageFactor": 0.5,
+        "Flags": "DenyOnLimit,NoDecay", "Preempt": "normal", "PreemptMode": "requeue"}}]}))
+    assert cfg.accounting.qos[0].limits["MaxTRESPerUser"] == "cpu=64,mem=512G"
+
+
+def test_ubuntu_nodes_are_accepted_where_the_provider_does_not_build_the_image():
+    from infra.providers.byo_config import OS_RELEASES
+
+    assert OS_RELEASES["ubuntu22.04"] == ("ubuntu", "22.04")
+    with pytest.raises(ConfigError) as err:
+        parse_config(ms(provider="byo", os="ubuntu22.04"))
+    assert not [p for p in err.value.problems if p.startswith("metalslurm:os")]
 
 
 def test_missing_stack_file(tmp_path):

@@ -41,7 +41,7 @@ def test_default_local_inventory_shape(default_inventory):
         "metalslurm_power": {"driver": "local", "container": "metalslurm-gpu-002"}}
     assert top["vars"]["metalslurm_partitions"][1] == {
         "name": "train", "nodes": ["gpu-001", "gpu-002"], "default": True,
-        "max_time": "7-00:00:00", "options": {"PriorityTier": 1}}
+        "max_time": "7-00:00:00", "default_time": "1-00:00:00", "options": {"PriorityTier": 1}}
     assert top["vars"]["metalslurm_shared_storage"] == "nfs"
     assert top["vars"]["metalslurm_shared_paths"] == ["/home", "/shared"]
     assert top["vars"]["metalslurm_private_cidr"] == "10.77.0.0/24"
@@ -58,7 +58,7 @@ def test_partition_pools_select_nodes():
                                     {"name": "cpu", "count": 1}],
         "metalslurm:partitions": [{"name": "debug", "pools": ["cpu"]},
                                   {"name": "train", "default": True}]})
-    parts = cluster_vars(cfg, node_specs(cfg))["metalslurm_partitions"]
+    parts = cluster_vars(cfg, node_specs(cfg, "host-bind"))["metalslurm_partitions"]
     assert [(p["name"], p["nodes"]) for p in parts] == [
         ("debug", ["cpu-001"]), ("train", ["big-001", "big-002", "cpu-001"])]
 
