@@ -12,11 +12,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from infra.config import ConfigError, load_stack_file
+from infra.config import ClusterConfig, ConfigError, load_stack_file
 from infra.inventory import InventoryError
+from infra.state import StateDir
+
+if TYPE_CHECKING:
+    from infra.providers.local import LocalCluster
 
 DEFAULT_STACK = Path("Pulumi.local.yaml")
 EXIT_CONFIG = 2
@@ -49,43 +54,48 @@ def state_dir_for(stack_file: Path) -> Path:
     return Path(".metalslurm") / stack_name(stack_file)
 
 
-def _local_cluster(stack_file: Path):
-    from infra.providers.local import LocalCluster
+def _local_cluster(stack_file: Path) -> tuple[ClusterConfig, LocalCluster]:
+    """The stack's parsed config and its local cluster (a config error stops here, before
+    podman is touched)."""
+    from infra.providers.local import LocalCluster, LocalPlan
 
     cfg = load_stack_file(stack_file)
     if cfg.provider != "local":
         raise ConfigError([f"metalslurm:provider is {cfg.provider!r}; 'metalslurm local' "
                            "needs provider: local"], str(stack_file))
-    return LocalCluster(cfg=cfg, state_dir=state_dir_for(stack_file), log=say)
+    return cfg, LocalCluster(plan=LocalPlan.from_config(cfg),
+                             state=StateDir(state_dir_for(stack_file)), log=say)
 
 
-def storage_summary(cluster) -> str:
-    mode = cluster.shared_storage
-    paths = ", ".join(cluster.cfg.storage.paths)
+def storage_summary(cfg: ClusterConfig, cluster: LocalCluster) -> str:
+    mode = cluster.plan.shared_storage
+    paths = ", ".join(cluster.plan.shared_paths)
     if mode == "nfs":
-        return f"nfs from node {cluster.cfg.storage.server} ({paths})"
+        return f"nfs from node {cfg.storage.server} ({paths})"
     if mode == "host-bind":
         return (f"host-bind: this kernel has no NFS, so {paths} are host directories under "
-                f"{cluster.shared_dir} bind-mounted into every node")
+                f"{cluster.state.shared} bind-mounted into every node")
     return "none"
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
     from infra.configure import print_summary, run_playbook
     from infra.providers.images import ensure_image
+    from infra.providers.local import write_local_inventory
+    from infra.state import ensure_cluster_secrets
     from infra.verify import run_verify
 
-    cluster = _local_cluster(args.stack)  # config errors stop here, before anything exists
+    cfg, cluster = _local_cluster(args.stack)  # config errors stop here, before anything
     cluster.preflight()
     timings: dict[str, float] = {}
-    cfg = cluster.cfg
     with phase("image", timings):
         image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
     with phase("nodes", timings):
-        inventory = cluster.provision(image)
+        cluster.provision(image)
+        inventory = write_local_inventory(cfg, cluster, ensure_cluster_secrets(cluster.state))
         for row in cluster.status():
             say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")
-        say(f"    shared storage: {storage_summary(cluster)}")
+        say(f"    shared storage: {storage_summary(cfg, cluster)}")
         say(f"    inventory: {inventory}")
     rc = 0
     if not args.no_configure:
@@ -114,14 +124,14 @@ def cmd_local_up(args: argparse.Namespace) -> int:
 
 
 def cmd_local_down(args: argparse.Namespace) -> int:
-    cluster = _local_cluster(args.stack)
+    cfg, cluster = _local_cluster(args.stack)
     removed = cluster.destroy()
-    say(f"removed {removed} node container(s) of cluster {cluster.cfg.cluster_name}")
+    say(f"removed {removed} node container(s) of cluster {cfg.cluster_name}")
     return 0
 
 
 def cmd_local_status(args: argparse.Namespace) -> int:
-    cluster = _local_cluster(args.stack)
+    _cfg, cluster = _local_cluster(args.stack)
     rows = cluster.status()
     say(f"{'node':<12} {'groups':<26} {'address':<15} {'gpus':<9} {'container':<28} state")
     for r in rows:
@@ -135,7 +145,7 @@ def cmd_local_exec(args: argparse.Namespace) -> int:
     if not command:
         say("usage: metalslurm local exec NODE -- COMMAND [ARGS...]")
         return EXIT_CONFIG
-    cluster = _local_cluster(args.stack)
+    _cfg, cluster = _local_cluster(args.stack)
     return cluster.exec(args.node, command, interactive=sys.stdin.isatty())
 
 
@@ -199,7 +209,8 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
             from infra.providers.local import container_name
 
             cfg = load_stack_file(args.stack)
-            text = report.fetch_podman(command, container_name(cfg, cfg.controller_name))
+            text = report.fetch_podman(command,
+                                       container_name(cfg.cluster_name, cfg.controller_name))
         else:
             text = report.fetch_local(command)
         rows = report.usage_from_sacct(text, start, end)

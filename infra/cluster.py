@@ -14,92 +14,29 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_command as command
 import pulumi_random as random
-import yaml
 
-from infra.config import ClusterConfig
-from infra.inventory import NodeSpec, build_inventory, cluster_vars
+from infra.machines import ClusterArgs, make_inventory
+from infra.providers.byo import byo_machines
+from infra.providers.oci import oci_machines
+from infra.pulumi_local import local_machines
+from infra.state import CLUSTER_SECRETS, JWT_KEY_BYTES, MUNGE_KEY_BYTES, StateDir
 
-MUNGE_KEY_BYTES = 1024
-JWT_KEY_BYTES = 32  # Slurm's auth/jwt HS256 key: 32 random bytes, as its docs make it
-# libyaml's emitter when PyYAML has it: the same YAML as SafeDumper, ~5x faster on the
-# inventory of a 1,000-node cluster.
-YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+PROVIDERS = {"local": local_machines, "byo": byo_machines, "oci": oci_machines}
 
 
-@dataclass(frozen=True)
-class ClusterArgs:
-    """What the component needs: the parsed config and where operator-side files go."""
-
-    config: ClusterConfig
-    stack: str
-    repo_root: Path
-    state_dir: Path
-    raw_config: Mapping[str, Any] = field(default_factory=dict)
-    ssh_private_key: pulumi.Input[str] | None = None
-    bmc_credentials: pulumi.Input[Any] | None = None
-
-
-@dataclass
-class Machines:
-    """What a provider hands back to the component."""
-
-    specs: list[NodeSpec]
-    connection_vars: pulumi.Output[dict[str, Any]]
-    controller_address: pulumi.Output[str]
-    bastion_address: pulumi.Output[str | None]
-    ssh_hint: pulumi.Output[str]
-    # node name -> metalslurm_power mapping known only after creation (e.g. instance ids)
-    power: pulumi.Output[dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: pulumi.Output.from_input({}))
-    ready: list[pulumi.Resource] = field(default_factory=list)
-
-
-def secret_files(state_dir: Path, ssh_key: bool, bmc: bool) -> dict[str, str]:
+def secret_vars(args: ClusterArgs) -> dict[str, str]:
     """Inventory vars naming the operator-side secret files (never their contents)."""
-    secrets = state_dir.resolve() / "secrets"
-    files = {
-        "munge_key_b64_file": str(secrets / "munge.key.b64"),
-        "slurmdbd_password_file": str(secrets / "slurmdbd.password"),
-        "slurm_jwt_key_b64_file": str(secrets / "jwt.key.b64"),
-    }
-    if ssh_key:
-        files["ansible_ssh_private_key_file"] = str(secrets / "ssh_key")
-    if bmc:
-        files["slurm_elastic_credentials_file"] = str(secrets / "bmc-credentials.json")
-    return files
-
-
-def make_inventory(cfg: ClusterConfig, specs: list[NodeSpec], connection: Mapping[str, Any],
-                   power: Mapping[str, Mapping[str, Any]],
-                   files: Mapping[str, str]) -> dict[str, Any]:
-    """The foundation's inventory for these specs; raises InventoryError if it is invalid."""
-    specs = [replace(s, power=dict(power[s.name])) if s.name in power else s for s in specs]
-    all_vars = cluster_vars(cfg, specs)
-    all_vars.update(connection)
-    all_vars.update(files)
-    return build_inventory(specs, all_vars)
-
-
-def _machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machines:
-    provider = args.config.provider
-    if provider == "local":
-        from infra.pulumi_local import local_machines
-        return local_machines(name, args, parent)
-    if provider == "byo":
-        from infra.providers.byo import byo_machines
-        return byo_machines(name, args, parent)
-    if provider == "oci":
-        from infra.providers.oci import oci_machines
-        return oci_machines(name, args, parent)
-    raise ValueError(f"unknown provider {provider!r}")
+    names = list(CLUSTER_SECRETS)
+    if args.ssh_private_key is not None:
+        names.append("ansible_ssh_private_key_file")
+    if args.bmc_credentials is not None:
+        names.append("slurm_elastic_credentials_file")
+    return StateDir(args.state_dir).secret_vars(names)
 
 
 class Cluster(pulumi.ComponentResource):
@@ -127,22 +64,20 @@ class Cluster(pulumi.ComponentResource):
         self.slurmdbd_password = pulumi.Output.secret(password.result)
         self.jwt_key_b64 = pulumi.Output.secret(jwt.base64)
 
-        machines = _machines(name, args, self)
+        machines = PROVIDERS[cfg.provider](name, args, self)
         self.specs = machines.specs
-        files = secret_files(args.state_dir, args.ssh_private_key is not None,
-                             args.bmc_credentials is not None)
+        files = secret_vars(args)
         self.inventory = pulumi.Output.all(machines.connection_vars, machines.power).apply(
             lambda v: make_inventory(cfg, machines.specs, v[0], v[1], files))
-        self.inventory_file = args.state_dir.resolve() / "inventory.yml"
+        self.inventory_file = StateDir(args.state_dir.resolve()).inventory
         self.controller_address = machines.controller_address
         self.bastion_address = machines.bastion_address
         self.ssh_hint = machines.ssh_hint
 
-        inventory_yaml = self.inventory.apply(
-            lambda inv: yaml.dump(inv, Dumper=YAML_DUMPER, sort_keys=False))
+        inventory_json = self.inventory.apply(lambda inv: json.dumps(inv, sort_keys=False))
         environment: dict[str, pulumi.Input[str]] = {
-            "METALSLURM_INVENTORY": inventory_yaml,
-            "METALSLURM_FILES": json.dumps(files, sort_keys=True),
+            "METALSLURM_INVENTORY": inventory_json,
+            "METALSLURM_SECRET_VARS": json.dumps(sorted(files)),
             "METALSLURM_MUNGE_KEY_B64": self.munge_key_b64,
             "METALSLURM_SLURMDBD_PASSWORD": self.slurmdbd_password,
             "METALSLURM_JWT_KEY_B64": self.jwt_key_b64,
@@ -154,8 +89,8 @@ class Cluster(pulumi.ComponentResource):
             environment["METALSLURM_BMC_CREDENTIALS"] = pulumi.Output.secret(
                 pulumi.Output.from_input(args.bmc_credentials).apply(
                     lambda c: json.dumps(c, sort_keys=True)))
-        run = [sys.executable, "-m", "infra.pulumi_configure", "--inventory",
-               str(self.inventory_file)]
+        run = [sys.executable, "-m", "infra.pulumi_configure", "--state-dir",
+               str(args.state_dir.resolve())]
         if cfg.configure:
             run.append("--playbook")
         # Writes the inventory and the secret files (0600); with configure: true also runs
@@ -163,7 +98,7 @@ class Cluster(pulumi.ComponentResource):
         self.configure = command.local.Command(
             f"{name}-configure" if cfg.configure else f"{name}-operator-files",
             create=shlex.join(run), dir=str(args.repo_root), environment=environment,
-            triggers=[inventory_yaml],
+            triggers=[inventory_json],
             opts=pulumi.ResourceOptions(parent=self, depends_on=machines.ready))
 
         self.register_outputs({

@@ -1,18 +1,17 @@
 """Run by the Pulumi program's ``<cluster>-configure`` / ``-operator-files`` command.
 
-Writes the exported inventory and the secret files it names (mode 0600, in a 0700
-directory; the secrets arrive in this process's environment from Pulumi secret
-outputs and are never written into the inventory), then, with ``--playbook``, runs
-``ansible-playbook -i INVENTORY ansible/site.yml`` exactly as an operator would.
+Writes the exported inventory and the secret files it names into the stack's state
+directory through :class:`infra.state.StateDir` (the secrets arrive in this process's
+environment from Pulumi secret outputs and are never written into the inventory), then,
+with ``--playbook``, runs ``ansible-playbook -i INVENTORY ansible/site.yml`` exactly as an
+operator would.
 
-    python -m infra.pulumi_configure --inventory .metalslurm/<stack>/inventory.yml [--playbook]
+    python -m infra.pulumi_configure --state-dir .metalslurm/<stack> [--playbook]
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import json
 import os
 import shutil
@@ -21,11 +20,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from infra.state import SecretError, StateDir, checked_secret
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEADER = ("# Written by the metalslurm Pulumi program ('pulumi up'); it is the stack output\n"
           "# 'inventory'. Secrets are in the files it names, not here.\n")
 
-# inventory var -> (environment variable, how to check it)
+# inventory var naming a secret file -> the environment variable that carries its value
 SECRET_ENV = {
     "munge_key_b64_file": "METALSLURM_MUNGE_KEY_B64",
     "slurmdbd_password_file": "METALSLURM_SLURMDBD_PASSWORD",
@@ -39,57 +40,29 @@ class OperatorFilesError(RuntimeError):
     pass
 
 
-def write_private(path: Path, content: str) -> None:
-    """Write ``content`` so that no other user can read it at any moment (0600 from the start)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(content)
-    os.replace(tmp, path)
+def write_operator_files(state: StateDir, env: Mapping[str, str]) -> list[Path]:
+    """Every secret file the inventory names (0600), then the inventory; returns the paths.
 
-
-def _check(var: str, value: str) -> str:
-    if var in ("munge_key_b64_file", "slurm_jwt_key_b64_file"):
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except binascii.Error:
-            raise OperatorFilesError(f"{var}: the key is not valid base64") from None
-        if var == "munge_key_b64_file" and len(raw) < 32:
-            raise OperatorFilesError(f"{var}: a munge key needs at least 32 bytes")
-        return value.strip() + "\n"
-    if var == "slurm_elastic_credentials_file":
-        creds = json.loads(value)
-        if not isinstance(creds, Mapping) or not all(
-                isinstance(v, Mapping) and {"username", "password"} <= set(v)
-                for v in creds.values()):
-            raise OperatorFilesError(
-                "metalslurm:bmcCredentials: must map a node name or 'default' to "
-                "{username, password}")
-        return json.dumps(creds, sort_keys=True) + "\n"
-    if var == "ansible_ssh_private_key_file":
-        return value.rstrip("\n") + "\n"  # OpenSSH refuses a key without a final newline
-    return value
-
-
-def write_operator_files(inventory_path: Path, env: Mapping[str, str]) -> list[Path]:
-    """The inventory (0644) and every secret file it names (0600); returns the paths."""
-    files: dict[str, str] = json.loads(env.get("METALSLURM_FILES", "{}"))
-    written = []
-    for var, path in sorted(files.items()):
+    All values are checked before the first file is written, so a bad value leaves the
+    previous files as they were.
+    """
+    names: list[str] = json.loads(env.get("METALSLURM_SECRET_VARS", "[]"))
+    values = {}
+    for var in sorted(names):
         value = env.get(SECRET_ENV.get(var, ""))
         if value is None:
             raise OperatorFilesError(f"{var}: no value was passed in {SECRET_ENV.get(var)}")
-        write_private(Path(path), _check(var, value))
-        written.append(Path(path))
-    inventory = env.get("METALSLURM_INVENTORY")
+        values[var] = value
+    inventory = json.loads(env.get("METALSLURM_INVENTORY") or "null")
     if not inventory:
         raise OperatorFilesError("METALSLURM_INVENTORY is empty")
-    inventory_path.parent.mkdir(parents=True, exist_ok=True)
-    inventory_path.write_text(HEADER + inventory)
-    written.append(inventory_path)
+    try:
+        for var, value in values.items():
+            checked_secret(var, value)
+        written = [state.write_secret(var, value) for var, value in values.items()]
+    except SecretError as exc:
+        raise OperatorFilesError(str(exc)) from None
+    written.append(state.write_inventory(inventory, HEADER))
     return written
 
 
@@ -101,20 +74,21 @@ def playbook_command(inventory: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.pulumi_configure")
-    parser.add_argument("--inventory", type=Path, required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--playbook", action="store_true", help="also run ansible/site.yml")
     args = parser.parse_args(argv)
+    state = StateDir(args.state_dir)
     try:
-        write_operator_files(args.inventory, os.environ)
+        write_operator_files(state, os.environ)
     except (OperatorFilesError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {args.inventory} and its secret files (mode 0600)")
+    print(f"wrote {state.inventory} and its secret files (mode 0600)")
     if not args.playbook:
         return 0
     env = {k: v for k, v in os.environ.items() if not k.startswith("METALSLURM_")}
     env.setdefault("ANSIBLE_CONFIG", str(REPO_ROOT / "ansible" / "ansible.cfg"))
-    return subprocess.run(playbook_command(args.inventory), cwd=REPO_ROOT, env=env,
+    return subprocess.run(playbook_command(state.inventory), cwd=REPO_ROOT, env=env,
                           check=False).returncode
 
 

@@ -9,7 +9,6 @@ and the known_hosts file. Deleting the network command removes whatever is left.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Callable
@@ -18,22 +17,24 @@ from functools import partial
 import pulumi
 import pulumi_command as command
 
-from infra.cluster import ClusterArgs, Machines
-from infra.providers.local import LocalCluster, container_name
+from infra.machines import ClusterArgs, Machines
+from infra.providers.local import LocalCluster, LocalPlan, spec_to_json
+from infra.state import StateDir
 
 MODULE = "infra.providers.local_resources"
 
 
-def _node_step(step: Callable[..., str], node: str, image: str) -> str:
-    return step("node", node, "--image", image)
+def _node_step(step: Callable[..., str], spec_json: str, image: str) -> str:
+    return step("node", "--spec", spec_json, "--image", image)
 
 
 def local_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machines:
     cfg = args.config
-    cluster = LocalCluster(cfg=cfg, state_dir=args.state_dir)
+    plan = LocalPlan.from_config(cfg)  # the config was parsed once, by the program
+    cluster = LocalCluster(plan=plan, state=StateDir(args.state_dir))
     specs = cluster.specs()
     state_dir = str(args.state_dir.resolve())
-    env = {"METALSLURM_CONFIG": json.dumps(dict(args.raw_config), sort_keys=True)}
+    env = {"METALSLURM_PLAN": plan.to_json(with_specs=False)}
 
     def step(*words: str) -> str:
         return shlex.join([sys.executable, "-m", MODULE, "--state-dir", state_dir, *words])
@@ -50,12 +51,10 @@ def local_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Mac
         triggers=[str(cfg.private_cidr), cfg.cluster_name], opts=opts())
     nodes = []
     for spec in specs:
-        spec_json = json.dumps({"name": spec.name, "address": spec.address,
-                                "groups": list(spec.groups), "gpus": spec.gpu_count},
-                               sort_keys=True)
+        spec_json = spec_to_json(spec)
         nodes.append(command.local.Command(
             f"{name}-node-{spec.name}",
-            create=image.stdout.apply(partial(_node_step, step, spec.name)),
+            create=image.stdout.apply(partial(_node_step, step, spec_json)),
             delete=step("remove-node", spec.name),
             dir=str(args.repo_root), environment=env, triggers=[spec_json],
             opts=opts(network)))
@@ -64,18 +63,17 @@ def local_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Mac
         environment={**env, "METALSLURM_KNOWN_HOSTS": pulumi.Output.all(
             *[n.stdout for n in nodes]).apply(lambda lines: "\n".join(lines))},
         opts=opts(*nodes))
-    connection = {**cluster.connection_vars(),
-                  "metalslurm_shared_storage": cluster.shared_storage}
-    controller = next(s for s in specs if "slurm_controller" in s.groups)
-    ctl_container = container_name(cfg, controller.name)
+    connection = cluster.connection_vars()
+    controller = plan.spec(plan.controller)
+    ctl_container = cluster.container(controller.name)
     return Machines(
         specs=specs,
         connection_vars=pulumi.Output.from_input(connection),
         controller_address=pulumi.Output.from_input(controller.address),
         bastion_address=pulumi.Output.from_input(None),
         ssh_hint=pulumi.Output.from_input(
-            f"ssh -i {cluster.ssh_key.resolve()} -o UserKnownHostsFile="
-            f"{cluster.known_hosts.resolve()} root@{controller.address}   "
+            f"ssh -i {cluster.state.ssh_key.resolve()} -o UserKnownHostsFile="
+            f"{cluster.state.known_hosts.resolve()} root@{controller.address}   "
             f"(or: podman exec -it {ctl_container} bash)"),
         ready=[known_hosts, *nodes],
     )

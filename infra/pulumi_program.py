@@ -17,7 +17,8 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from infra.config import NAMESPACE, SECRET_KEYS, ClusterConfig, parse_config
+from infra.config import ClusterConfig, parse_config
+from infra.schema import NAMESPACE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,13 +32,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 GC_YOUNG_THRESHOLD = 50_000
 
 
-def _engine_config() -> tuple[dict[str, Any], set[str]]:
-    """Every ``metalslurm:*`` key the engine passed, and which of them are secret."""
-    values: dict[str, Any] = dict(runtime_config.get_config_env())
-    values.update(runtime_config.CONFIG.get())
-    secret = set(runtime_config.get_config_secret_keys_env()) | set(
-        runtime_config._SECRET_KEYS.get())
-    return ({k: v for k, v in values.items() if str(k).startswith(f"{NAMESPACE}:")}, secret)
+def _engine_keys() -> set[str]:
+    """Every ``metalslurm:*`` key the engine passed (the known ones and any typo, which the
+    parser reports by name)."""
+    keys = set(pulumi.runtime.get_config_env()) | set(runtime_config.CONFIG.get())
+    return {k for k in keys if str(k).startswith(f"{NAMESPACE}:")}
+
+
+def _is_secret(full_key: str) -> bool:
+    return (pulumi.runtime.is_config_secret(full_key)
+            or full_key in pulumi.runtime.get_config_secret_keys_env())
 
 
 def _decode(value: Any) -> Any:
@@ -52,14 +56,8 @@ def _decode(value: Any) -> Any:
 
 def raw_stack_config() -> dict[str, Any]:
     """The stack config as the parser sees it in a stack file (secrets stay opaque)."""
-    values, secret = _engine_config()
-    raw: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in secret:
-            raw[key] = {"secure": "<secret>"}
-        else:
-            raw[key] = _decode(value)
-    return raw
+    return {k: {"secure": "<secret>"} if _is_secret(k) else _decode(pulumi.runtime.get_config(k))
+            for k in sorted(_engine_keys())}
 
 
 def load_cluster_config() -> ClusterConfig:
@@ -79,8 +77,6 @@ def main() -> None:
     cluster = Cluster(cfg.cluster_name, ClusterArgs(
         config=cfg, stack=stack, repo_root=REPO_ROOT,
         state_dir=REPO_ROOT / ".metalslurm" / stack,
-        raw_config={k: v for k, v in raw_stack_config().items()
-                    if k.partition(":")[2] not in SECRET_KEYS},
         ssh_private_key=ssh_key, bmc_credentials=bmc))
     pulumi.export("inventory", cluster.inventory)
     pulumi.export("controllerAddress", cluster.controller_address)

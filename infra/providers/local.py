@@ -5,16 +5,18 @@ systemd and sshd, reached by Ansible and testinfra over SSH exactly as a real no
 GPU nodes get fake ``/dev/nvidia*`` device nodes (created at boot by a unit in the
 image), so Slurm's GRES scheduling and device cgroups are real.
 
-The functions here are shared by ``metalslurm local up`` and (later) the Pulumi
-``local`` stack: one implementation, two drivers.
+The stack config is parsed once into a :class:`LocalPlan` (names, addresses, shared
+storage, image); ``metalslurm local up`` and the Pulumi ``local`` stack's steps
+(:mod:`infra.providers.local_resources`, which receive the plan as JSON) drive the same
+:class:`LocalCluster` methods with it: one implementation, two drivers. Files go to the
+stack's state directory through :class:`infra.state.StateDir`.
 """
 
 from __future__ import annotations
 
-import base64
 import ipaddress
+import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -22,15 +24,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from infra.config import ClusterConfig
 from infra.inventory import NodeSpec, build_inventory, cluster_vars
 from infra.providers.podman import PodmanError, containers, networks, podman, podman_path
+from infra.state import StateDir
 
 SLURM_GID = 64030  # the slurm group on every node (roles/common)
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
@@ -48,15 +49,6 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except FileNotFoundError:
         return None
-
-
-def _write_secret(path: Path, make: Callable[[], str]) -> None:
-    """Create ``path`` (mode 0600 from the start) holding ``make()``, unless it exists."""
-    if path.exists():
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(make() + "\n")
 
 
 def _podman_api_answers(sock: Path) -> bool:
@@ -97,13 +89,11 @@ def storage_mode(cfg: ClusterConfig, proc_filesystems: Path = Path("/proc/filesy
     return "nfs" if kernel_has_nfs(proc_filesystems) else "host-bind"
 
 
-def node_specs(cfg: ClusterConfig, shared_storage: str | None = None) -> list[NodeSpec]:
+def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
     """Controller first, then every compute node, with addresses in the private subnet.
 
     With NFS storage the NFS server node takes the last address of the subnet.
     """
-    if shared_storage is None:
-        shared_storage = storage_mode(cfg)
     hosts = list(cfg.private_cidr.hosts())
     specs = [NodeSpec(name=cfg.controller_name, address=str(hosts[CONTROLLER_HOST_INDEX - 1]),
                       groups=("slurm_controller", "slurmdbd"))]
@@ -118,7 +108,7 @@ def node_specs(cfg: ClusterConfig, shared_storage: str | None = None) -> list[No
                 name=name, address=str(hosts[index]), groups=("slurm_compute",),
                 gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                 node_state="cloud" if name in elastic else "static",
-                power={"driver": "local", "container": container_name(cfg, name)}))
+                power={"driver": "local", "container": container_name(cfg.cluster_name, name)}))
             index += 1
     return specs
 
@@ -155,71 +145,113 @@ def host_hardware(cpuinfo: str, meminfo: str, reserve_percent: int = 3) -> dict[
             "RealMemory": (mem_kib // 1024) * (100 - reserve_percent) // 100}
 
 
-def container_name(cfg: ClusterConfig, node: str) -> str:
-    return f"{cfg.cluster_name}-{node}"
+def spec_to_json(spec: NodeSpec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
 
 
-def network_name(cfg: ClusterConfig) -> str:
-    return f"{cfg.cluster_name}-net"
+def spec_from_json(text: str) -> NodeSpec:
+    data = json.loads(text)
+    return NodeSpec(**{**data, "groups": tuple(data["groups"])})
+
+
+def container_name(cluster_name: str, node: str) -> str:
+    return f"{cluster_name}-{node}"
+
+
+def network_name(cluster_name: str) -> str:
+    return f"{cluster_name}-net"
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """Everything the local provider needs, computed once from the parsed stack config.
+
+    The Pulumi ``local`` stack hands it to its steps as JSON (:meth:`to_json`), so a
+    config is parsed once whichever driver runs it.
+    """
+
+    cluster_name: str
+    private_cidr: str
+    os: str
+    image_source: str
+    mirror: str | None
+    shared_storage: str  # nfs, host-bind or none (decided once, from the host's kernel)
+    shared_paths: tuple[str, ...]
+    controller: str
+    elastic_nodes: tuple[str, ...]
+    specs: tuple[NodeSpec, ...]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig,
+                    proc_filesystems: Path = Path("/proc/filesystems")) -> LocalPlan:
+        shared = storage_mode(cfg, proc_filesystems)
+        specs = node_specs(cfg, shared)
+        if cfg.elastic_node_names():
+            hardware = host_hardware(Path("/proc/cpuinfo").read_text(),
+                                     Path("/proc/meminfo").read_text())
+            specs = [replace(s, extra_vars={**s.extra_vars, "metalslurm_node_options": hardware})
+                     if s.node_state == "cloud" else s for s in specs]
+        return cls(cluster_name=cfg.cluster_name, private_cidr=str(cfg.private_cidr),
+                   os=cfg.os, image_source=cfg.local.image_source, mirror=cfg.local.mirror,
+                   shared_storage=shared, shared_paths=tuple(cfg.storage.paths),
+                   controller=cfg.controller_name,
+                   elastic_nodes=tuple(s.name for s in specs if s.node_state == "cloud"),
+                   specs=tuple(specs))
+
+    def to_json(self, with_specs: bool = True) -> str:
+        """The plan as JSON; without the node specs it stays small for any cluster size
+        (each node's step gets its own spec, :func:`spec_to_json`)."""
+        data = asdict(self)
+        if not with_specs:
+            data["specs"] = []
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LocalPlan:
+        data = json.loads(text)
+        for name in ("shared_paths", "elastic_nodes"):
+            data[name] = tuple(data[name])
+        data["specs"] = tuple(spec_from_json(json.dumps(s)) for s in data["specs"])
+        return cls(**data)
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.private_cidr)
+
+    def spec(self, node: str) -> NodeSpec:
+        found = next((s for s in self.specs if s.name == node), None)
+        if found is None:
+            raise LocalProviderError(f"no node {node!r} in cluster {self.cluster_name}; nodes: "
+                                     f"{', '.join(s.name for s in self.specs)}")
+        return found
 
 
 @dataclass
 class LocalCluster:
-    cfg: ClusterConfig
-    state_dir: Path
+    plan: LocalPlan
+    state: StateDir
     log: Callable[[str], None] = print
 
-    @property
-    def inventory_path(self) -> Path:
-        return self.state_dir / "inventory.yml"
+    def container(self, node: str) -> str:
+        return container_name(self.plan.cluster_name, node)
 
     @property
-    def ssh_key(self) -> Path:
-        return self.state_dir / "ssh" / "id_ed25519"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.state_dir / "ssh" / "known_hosts"
-
-    @property
-    def munge_key_file(self) -> Path:
-        return self.state_dir / "secrets" / "munge.key.b64"
-
-    @property
-    def slurmdbd_password_file(self) -> Path:
-        return self.state_dir / "secrets" / "slurmdbd.password"
-
-    @property
-    def shared_dir(self) -> Path:
-        return self.state_dir / "shared"
-
-    @property
-    def shared_storage(self) -> str:
-        return storage_mode(self.cfg)
-
-    @property
-    def podman_socket_dir(self) -> Path:
-        return self.state_dir / "podman"
+    def network_name(self) -> str:
+        return network_name(self.plan.cluster_name)
 
     @property
     def has_elastic_nodes(self) -> bool:
-        return bool(self.cfg.elastic_node_names())
+        return bool(self.plan.elastic_nodes)
 
     def specs(self) -> list[NodeSpec]:
-        specs = node_specs(self.cfg, self.shared_storage)
-        if not self.has_elastic_nodes:
-            return specs
-        hardware = host_hardware(Path("/proc/cpuinfo").read_text(),
-                                 Path("/proc/meminfo").read_text())
-        return [replace(s, extra_vars={**s.extra_vars, "metalslurm_node_options": hardware})
-                if s.node_state == "cloud" else s for s in specs]
+        return list(self.plan.specs)
 
     def bind_mounts(self) -> list[tuple[Path, str]]:
         """(host directory, node path) for every shared path in host-bind mode."""
-        if self.shared_storage != "host-bind":
+        if self.plan.shared_storage != "host-bind":
             return []
-        return [(self.shared_dir / p.strip("/").replace("/", "_"), p)
-                for p in self.cfg.storage.paths]
+        return [(self.state.shared / p.strip("/").replace("/", "_"), p)
+                for p in self.plan.shared_paths]
 
     # ---- checks that run before anything is created ---------------------------------
 
@@ -230,14 +262,14 @@ class LocalCluster:
                 raise LocalProviderError(f"{tool} is not installed: run 'make deps'")
         if os.geteuid() != 0:
             raise LocalProviderError("the local cluster needs root (privileged podman containers)")
-        want = self.cfg.private_cidr
+        want = self.plan.network
         for net in networks():
             for sub in net.get("subnets") or []:
                 try:
                     theirs = ipaddress.ip_network(sub["subnet"])
                 except (KeyError, ValueError):
                     continue
-                if net["name"] == network_name(self.cfg):
+                if net["name"] == self.network_name:
                     if theirs != want:
                         raise LocalProviderError(
                             f"podman network {net['name']} exists with subnet {theirs}, the "
@@ -249,18 +281,14 @@ class LocalCluster:
 
     # ---- provisioning ------------------------------------------------------------------
 
-    def ensure_secrets(self) -> None:
-        """SSH key and munge key for this cluster, generated once, readable by root only."""
-        for d in (self.ssh_key.parent, self.munge_key_file.parent):
-            d.mkdir(parents=True, exist_ok=True)
-            d.chmod(0o700)
-        if not self.ssh_key.exists():
+    def ensure_ssh_key(self) -> None:
+        """The SSH key Ansible and testinfra log in to the nodes with: made once, root only."""
+        key = self.state.ssh_key
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.parent.chmod(0o700)
+        if not key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            f"metalslurm-{self.cfg.cluster_name}", "-f", str(self.ssh_key)],
-                           check=True)
-        _write_secret(self.munge_key_file,
-                      lambda: base64.b64encode(secrets.token_bytes(1024)).decode())
-        _write_secret(self.slurmdbd_password_file, lambda: secrets.token_urlsafe(32))
+                            f"metalslurm-{self.plan.cluster_name}", "-f", str(key)], check=True)
 
     def ensure_shared_dirs(self) -> None:
         """One host directory per shared path (host-bind mode): /home 0755, others 1777."""
@@ -270,29 +298,26 @@ class LocalCluster:
                 host_dir.chmod(0o755 if path == "/home" else 0o1777)
 
     def ensure_network(self) -> None:
-        name = network_name(self.cfg)
+        name = self.network_name
         if podman("network", "exists", name, check=False).returncode == 0:
             return
-        gateway = next(self.cfg.private_cidr.hosts())
-        podman("network", "create", "--subnet", str(self.cfg.private_cidr), "--gateway",
-               str(gateway), "--label", f"{LABEL}={self.cfg.cluster_name}", name)
-
-    def _node_dir(self, node: str) -> Path:
-        return self.state_dir / "nodes" / node
+        gateway = next(self.plan.network.hosts())
+        podman("network", "create", "--subnet", self.plan.private_cidr, "--gateway",
+               str(gateway), "--label", f"{LABEL}={self.plan.cluster_name}", name)
 
     def create_node(self, spec: NodeSpec, image: str) -> None:
         """Start one node container (or leave a running one as it is)."""
-        name = container_name(self.cfg, spec.name)
-        found = containers([f"{LABEL}={self.cfg.cluster_name}", f"metalslurm.node={spec.name}"])
-        node_dir = self._node_dir(spec.name)
+        name = self.container(spec.name)
+        found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={spec.name}"])
+        node_dir = self.state.node_dir(spec.name)
         mounts = self.bind_mounts()
         if "slurm_controller" in spec.groups and self.has_elastic_nodes:
             # The power programs on the controller start and stop elastic node containers
             # through podman's REST API (the socket's directory, mounted at /run/podman).
-            mounts = [*mounts, (self.podman_socket_dir, "/run/podman")]
+            mounts = [*mounts, (self.state.podman_socket_dir, "/run/podman")]
         node_env = (f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
                     f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n")
-        public_key = self.ssh_key.with_suffix(".pub").read_text()
+        public_key = self.state.ssh_key.with_suffix(".pub").read_text()
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
         if found and current == (node_env, public_key):
             if found[0].get("State") != "running" and spec.node_state != "cloud":
@@ -308,8 +333,8 @@ class LocalCluster:
         (node_dir / "authorized_keys").write_text(public_key)
         args = ["--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
                 "--name", name, "--hostname", spec.name, "--no-hosts",
-                "--network", network_name(self.cfg), "--ip", spec.address,
-                "--label", f"{LABEL}={self.cfg.cluster_name}",
+                "--network", self.network_name, "--ip", spec.address,
+                "--label", f"{LABEL}={self.plan.cluster_name}",
                 "--label", f"metalslurm.node={spec.name}",
                 "--label", f"metalslurm.groups={','.join(spec.groups)}",
                 "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro"]
@@ -320,7 +345,7 @@ class LocalCluster:
         podman(*args, image, "/sbin/init")
 
     def running(self, node: str) -> bool:
-        found = containers([f"{LABEL}={self.cfg.cluster_name}", f"metalslurm.node={node}"])
+        found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={node}"])
         return bool(found) and found[0].get("State") == "running"
 
     def ensure_podman_service(self) -> None:
@@ -330,7 +355,7 @@ class LocalCluster:
         the state directory; ``destroy`` stops it. The socket is root:slurm 0660 (Slurm runs
         the power programs as SlurmUser, GID 64030 on every node).
         """
-        sock_dir = self.podman_socket_dir
+        sock_dir = self.state.podman_socket_dir
         sock = sock_dir / "podman.sock"
         if _podman_api_answers(sock):
             return
@@ -338,35 +363,35 @@ class LocalCluster:
         os.chown(sock_dir, 0, SLURM_GID)
         sock_dir.chmod(0o750)
         sock.unlink(missing_ok=True)
-        log = open(self.state_dir / "podman-service.log", "ab")  # noqa: SIM115 - child owns it
+        log = open(self.state.root / "podman-service.log", "ab")  # noqa: SIM115 - child owns it
         proc = subprocess.Popen([podman_path(), "system", "service", "--time=0",
                                  f"unix://{sock.resolve()}"], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
         log.close()
-        (self.state_dir / "podman-service.pid").write_text(f"{proc.pid}\n")
+        (self.state.root / "podman-service.pid").write_text(f"{proc.pid}\n")
         deadline = time.monotonic() + 30
         while not _podman_api_answers(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise LocalProviderError(
-                    f"podman system service did not start; see {self.state_dir}/"
+                    f"podman system service did not start; see {self.state.root}/"
                     "podman-service.log")
             time.sleep(0.2)
         os.chown(sock, 0, SLURM_GID)
         sock.chmod(0o660)
 
     def stop_podman_service(self) -> None:
-        pid_file = self.state_dir / "podman-service.pid"
+        pid_file = self.state.root / "podman-service.pid"
         try:
             pid = int(pid_file.read_text())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return
-        if b"service" in cmdline and str(self.podman_socket_dir.resolve()).encode() in b" ".join(
-                cmdline):
+        sock_dir = str(self.state.podman_socket_dir.resolve()).encode()
+        if b"service" in cmdline and sock_dir in b" ".join(cmdline):
             os.kill(pid, signal.SIGTERM)
 
     def _configured_marker(self, node: str) -> Path:
-        return self._node_dir(node) / "configured"
+        return self.state.node_dir(node) / "configured"
 
     def prepare_elastic_nodes_for_configure(self) -> list[str]:
         """Power up the elastic nodes that were never configured (a first configure that
@@ -378,10 +403,10 @@ class LocalCluster:
         if not todo:
             return []
         subprocess.run([podman_path(), "exec",
-                        container_name(self.cfg, self.cfg.controller_name), "systemctl",
+                        self.container(self.plan.controller), "systemctl",
                         "stop", "metalslurm-power-reconcile.timer"],
                        capture_output=True, check=False)
-        podman("start", *[container_name(self.cfg, s.name) for s in todo], timeout=180)
+        podman("start", *[self.container(s.name) for s in todo], timeout=180)
         for spec in todo:
             self.wait_for_ssh(spec)
         return [s.name for s in todo]
@@ -403,7 +428,7 @@ class LocalCluster:
                    and self.running(s.name)]
         if not elastic:
             return []
-        ctl = container_name(self.cfg, self.cfg.controller_name)
+        ctl = self.container(self.plan.controller)
         states = subprocess.run(
             [podman_path(), "exec", ctl, "sinfo", "--noheader", "--Node", "--format=%N %T",
              f"--nodes={','.join(elastic)}"], capture_output=True, text=True,
@@ -412,7 +437,7 @@ class LocalCluster:
         off = [n for n in elastic if state_of.get(n, "idle~").strip().endswith("~")]
         idle = [n for n in elastic if state_of.get(n, "").strip() == "idle"]
         if off:
-            podman("stop", "-t", "10", *[container_name(self.cfg, n) for n in off],
+            podman("stop", "-t", "10", *[self.container(n) for n in off],
                    timeout=180)
         if idle:
             podman("exec", ctl, "scontrol", "update", f"nodename={','.join(idle)}",
@@ -422,7 +447,7 @@ class LocalCluster:
     def remove_nodes_not_in(self, specs: list[NodeSpec]) -> list[str]:
         """Remove this cluster's containers for nodes the config no longer has."""
         wanted = {s.name for s in specs}
-        stale = [c["Names"][0] for c in containers([f"{LABEL}={self.cfg.cluster_name}"])
+        stale = [c["Names"][0] for c in containers([f"{LABEL}={self.plan.cluster_name}"])
                  if c.get("Labels", {}).get("metalslurm.node") not in wanted]
         if stale:
             self.log(f"removing nodes no longer in the config: {', '.join(stale)}")
@@ -431,7 +456,7 @@ class LocalCluster:
 
     def wait_for_ssh(self, spec: NodeSpec) -> str:
         """Wait until sshd answers; return the node's known_hosts line."""
-        name = container_name(self.cfg, spec.name)
+        name = self.container(spec.name)
         deadline = time.monotonic() + SSH_WAIT_SECONDS
         last = ""
         while time.monotonic() < deadline:
@@ -447,17 +472,17 @@ class LocalCluster:
         raise LocalProviderError(f"node {spec.name} ({spec.address}): sshd did not answer in "
                                  f"{SSH_WAIT_SECONDS} s ({last}); see 'podman logs {name}'")
 
-    def provision(self, image: str) -> Path:
-        """Create network and nodes (in parallel) and write the inventory. Safe to re-run."""
+    def provision(self, image: str) -> None:
+        """Create network and nodes (in parallel) and known_hosts. Safe to re-run."""
         specs = self.specs()
-        self.ensure_secrets()
+        self.ensure_ssh_key()
         self.ensure_shared_dirs()
         self.ensure_network()
         if self.has_elastic_nodes:
             self.ensure_podman_service()
         self.remove_nodes_not_in(specs)
         known = {line.split(",", 1)[0]: line for line in
-                 (_read(self.known_hosts) or "").splitlines() if "," in line}
+                 (_read(self.state.known_hosts) or "").splitlines() if "," in line}
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
             list(pool.map(lambda s: self.create_node(s, image), specs))
             # A powered-down elastic node keeps the host key it made at its first boot.
@@ -466,53 +491,39 @@ class LocalCluster:
                                and not self.running(s.name))]
             lines = dict(zip((s.name for s in waiting), pool.map(self.wait_for_ssh, waiting),
                              strict=True))
-        self.known_hosts.write_text(
+        self.state.known_hosts.write_text(
             "\n".join(lines.get(s.name) or known[s.name] for s in specs) + "\n")
-        self.write_inventory(specs)
-        return self.inventory_path
 
     def connection_vars(self) -> dict[str, Any]:
+        """How Ansible reaches the nodes, and how they share storage (inventory ``all`` vars)."""
         return {
             "ansible_user": "root",
             "ansible_python_interpreter": "/usr/bin/python3",
-            "ansible_ssh_private_key_file": str(self.ssh_key.resolve()),
-            "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts.resolve()} "
-                                        "-o StrictHostKeyChecking=yes"),
-            # Operator-side files (mode 0600) with the munge key (base64) and the
-            # accounting database password; the secrets themselves are never written
-            # into the inventory.
-            "munge_key_b64_file": str(self.munge_key_file.resolve()),
-            "slurmdbd_password_file": str(self.slurmdbd_password_file.resolve()),
+            "ansible_ssh_private_key_file": str(self.state.ssh_key.resolve()),
+            "ansible_ssh_common_args": (
+                f"-o UserKnownHostsFile={self.state.known_hosts.resolve()} "
+                "-o StrictHostKeyChecking=yes"),
+            "metalslurm_shared_storage": self.plan.shared_storage,
         }
-
-    def write_inventory(self, specs: list[NodeSpec]) -> None:
-        all_vars = cluster_vars(self.cfg, specs)
-        all_vars["metalslurm_shared_storage"] = self.shared_storage
-        all_vars.update(self.connection_vars())
-        inventory = build_inventory(specs, all_vars)
-        header = (f"# Written by 'metalslurm local up' for cluster {self.cfg.cluster_name}.\n"
-                  "# Regenerated on every 'up'; edit the stack config instead.\n")
-        self.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
     # ---- teardown and status -----------------------------------------------------------
 
     def destroy(self) -> int:
         """Remove every container and the network of this cluster, and its state dir."""
-        found = containers([f"{LABEL}={self.cfg.cluster_name}"])
+        found = containers([f"{LABEL}={self.plan.cluster_name}"])
         names = [c["Names"][0] for c in found]
         if names:
             podman("rm", "-f", "-t", "2", *names, timeout=180)
         self.stop_podman_service()
-        if podman("network", "exists", network_name(self.cfg), check=False).returncode == 0:
-            podman("network", "rm", "-f", network_name(self.cfg))
-        if self.state_dir.exists():
-            shutil.rmtree(self.state_dir)
+        if podman("network", "exists", self.network_name, check=False).returncode == 0:
+            podman("network", "rm", "-f", self.network_name)
+        self.state.remove()
         return len(names)
 
     def status(self) -> list[dict[str, str]]:
         rows = []
         by_node = {c["Labels"].get("metalslurm.node"): c
-                   for c in containers([f"{LABEL}={self.cfg.cluster_name}"])}
+                   for c in containers([f"{LABEL}={self.plan.cluster_name}"])}
         for spec in self.specs():
             c = by_node.get(spec.name)
             state = c.get("State", "?") if c else "absent"
@@ -521,16 +532,27 @@ class LocalCluster:
             rows.append({"node": spec.name, "groups": ",".join(spec.groups),
                          "address": spec.address,
                          "gpus": f"{spec.gpu_count}x{spec.gpu_type}" if spec.gpu_count else "-",
-                         "container": container_name(self.cfg, spec.name),
+                         "container": self.container(spec.name),
                          "state": state})
         return rows
 
     def exec(self, node: str, command: list[str], interactive: bool = False) -> int:
-        if node not in {s.name for s in self.specs()}:
-            raise LocalProviderError(f"no node {node!r} in cluster {self.cfg.cluster_name}; "
-                                     f"nodes: {', '.join(s.name for s in self.specs())}")
+        self.plan.spec(node)  # an unknown node is an error naming the cluster's nodes
         args = ["podman", "exec"]
         if interactive:
             args.append("-it")
-        args += [container_name(self.cfg, node), *command]
+        args += [self.container(node), *command]
         return subprocess.run(args, check=False).returncode
+
+
+def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
+                          secret_vars: dict[str, str]) -> Path:
+    """The inventory of a local cluster: the schema every provider shares, the local
+    connection settings, and the names (never the contents) of its secret files."""
+    specs = cluster.specs()
+    all_vars = cluster_vars(cfg, specs)
+    all_vars.update(cluster.connection_vars())
+    all_vars.update(secret_vars)
+    header = (f"# Written by 'metalslurm local up' for cluster {cfg.cluster_name}.\n"
+              "# Regenerated on every 'up'; edit the stack config instead.\n")
+    return cluster.state.write_inventory(build_inventory(specs, all_vars), header)

@@ -3,12 +3,13 @@
 ``metalslurm local up`` calls :class:`infra.providers.local.LocalCluster` directly; the
 Pulumi program's ``pulumi_command.local.Command`` resources run these steps instead,
 one per resource, so both drivers create and delete the same podman nodes through the
-same functions. The stack config arrives as JSON in ``METALSLURM_CONFIG`` (the
-non-secret ``metalslurm:*`` keys, as in the stack file).
+same functions. The Pulumi program parsed the stack config once; its
+:class:`~infra.providers.local.LocalPlan` arrives as JSON in ``METALSLURM_PLAN``. The
+cluster's secrets are not made here: the Pulumi program's configure step writes them.
 
     python -m infra.providers.local_resources --state-dir DIR image
     python -m infra.providers.local_resources --state-dir DIR network
-    python -m infra.providers.local_resources --state-dir DIR node NAME --image IMAGE
+    python -m infra.providers.local_resources --state-dir DIR node --spec JSON --image IMAGE
     python -m infra.providers.local_resources --state-dir DIR remove-node NAME
     python -m infra.providers.local_resources --state-dir DIR known-hosts
     python -m infra.providers.local_resources --state-dir DIR destroy
@@ -17,14 +18,13 @@ non-secret ``metalslurm:*`` keys, as in the stack file).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from infra.config import ConfigError, parse_config
-from infra.providers.local import LocalCluster, LocalProviderError, container_name
+from infra.providers.local import LocalCluster, LocalPlan, LocalProviderError, spec_from_json
 from infra.providers.podman import PodmanError, podman
+from infra.state import StateDir
 
 
 def _log(message: str) -> None:
@@ -32,9 +32,11 @@ def _log(message: str) -> None:
 
 
 def cluster_from_env(state_dir: Path) -> LocalCluster:
-    raw = json.loads(os.environ.get("METALSLURM_CONFIG", "{}"))
-    return LocalCluster(cfg=parse_config(raw, source="METALSLURM_CONFIG"), state_dir=state_dir,
-                        log=_log)
+    text = os.environ.get("METALSLURM_PLAN")
+    if not text:
+        raise LocalProviderError("METALSLURM_PLAN is not set: these steps are run by the "
+                                 "Pulumi program's local provider")
+    return LocalCluster(plan=LocalPlan.from_json(text), state=StateDir(state_dir), log=_log)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -42,26 +44,25 @@ def run(args: argparse.Namespace) -> None:
     if args.step == "image":
         from infra.providers.images import ensure_image
 
-        cfg = cluster.cfg
-        print(ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=_log))
+        plan = cluster.plan
+        print(ensure_image(plan.os, plan.image_source, plan.mirror, log=_log))
     elif args.step == "network":
         cluster.preflight()
-        cluster.ensure_secrets()
+        cluster.ensure_ssh_key()
         cluster.ensure_shared_dirs()
         cluster.ensure_network()
+        if cluster.has_elastic_nodes:
+            cluster.ensure_podman_service()
     elif args.step == "node":
-        spec = next((s for s in cluster.specs() if s.name == args.name), None)
-        if spec is None:
-            raise LocalProviderError(f"no node {args.name!r} in the stack config")
+        spec = spec_from_json(args.spec)
         cluster.create_node(spec, args.image)
         print(cluster.wait_for_ssh(spec))  # its known_hosts line
     elif args.step == "remove-node":
-        podman("rm", "-f", "-t", "2", "--ignore", container_name(cluster.cfg, args.name),
-               timeout=180)
+        podman("rm", "-f", "-t", "2", "--ignore", cluster.container(args.name), timeout=180)
     elif args.step == "known-hosts":
         lines = [ln for ln in os.environ.get("METALSLURM_KNOWN_HOSTS", "").splitlines() if ln]
-        cluster.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        cluster.known_hosts.write_text("\n".join(sorted(lines)) + "\n")
+        cluster.state.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        cluster.state.known_hosts.write_text("\n".join(sorted(lines)) + "\n")
     elif args.step == "destroy":
         cluster.destroy()
 
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("image", help="build or find the node image; prints its name")
     sub.add_parser("network", help="secrets, shared directories and the podman network")
     node = sub.add_parser("node", help="start one node and wait for sshd")
-    node.add_argument("name")
+    node.add_argument("--spec", required=True, help="the node's spec as JSON")
     node.add_argument("--image", required=True)
     rm = sub.add_parser("remove-node", help="remove one node's container")
     rm.add_argument("name")
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         run(args)
-    except (ConfigError, LocalProviderError, PodmanError) as exc:
+    except (LocalProviderError, PodmanError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

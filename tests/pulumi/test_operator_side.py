@@ -6,46 +6,63 @@ import stat
 import subprocess
 
 import pytest
+import yaml
 
 from infra.providers.byo import host_check_script
 from infra.pulumi_configure import OperatorFilesError, write_operator_files
+from infra.state import StateDir
 
 
 def test_secret_files_are_0600_and_inventory_holds_none(tmp_path):
-    files = {"munge_key_b64_file": str(tmp_path / "s" / "munge.key.b64"),
-             "slurmdbd_password_file": str(tmp_path / "s" / "db"),
-             "slurm_elastic_credentials_file": str(tmp_path / "s" / "bmc.json")}
+    state = StateDir(tmp_path / "stack")
     key = base64.b64encode(b"k" * 1024).decode()
-    env = {"METALSLURM_FILES": json.dumps(files), "METALSLURM_MUNGE_KEY_B64": key,
-           "METALSLURM_SLURMDBD_PASSWORD": "pw-123",
+    env = {"METALSLURM_SECRET_VARS": json.dumps(["munge_key_b64_file", "slurmdbd_password_file",
+                                                  "slurm_elastic_credentials_file"]),
+           "METALSLURM_MUNGE_KEY_B64": key, "METALSLURM_SLURMDBD_PASSWORD": "pw-123",
            "METALSLURM_BMC_CREDENTIALS": json.dumps({"default": {"username": "a",
                                                                  "password": "b"}}),
-           "METALSLURM_INVENTORY": "all: {}\n"}
-    write_operator_files(tmp_path / "inventory.yml", env)
-    for path in files.values():
-        assert stat.S_IMODE((tmp_path / "s").stat().st_mode) == 0o700
-        with open(path) as f:
-            assert f.read()
-        assert stat.S_IMODE(__import__("os").stat(path).st_mode) == 0o600, path
-    assert "pw-123" not in (tmp_path / "inventory.yml").read_text()
-    env["METALSLURM_BMC_CREDENTIALS"] = json.dumps({"default": {"username": "a"}})
+           "METALSLURM_INVENTORY": json.dumps({"all": {"vars": {"x": 1}}})}
+    written = write_operator_files(state, env)
+    assert [p.name for p in written] == ["munge.key.b64", "bmc-credentials.json",
+                                         "slurmdbd.password", "inventory.yml"]
+    assert stat.S_IMODE(state.secrets.stat().st_mode) == 0o700
+    for path in written[:-1]:
+        assert path.read_text()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert "pw-123" not in state.inventory.read_text()
+    assert yaml.safe_load(state.inventory.read_text()) == {"all": {"vars": {"x": 1}}}
+
+
+def test_a_bad_secret_writes_nothing(tmp_path):
+    state = StateDir(tmp_path / "stack")
+    env = {"METALSLURM_SECRET_VARS": json.dumps(["munge_key_b64_file",
+                                                  "slurm_elastic_credentials_file"]),
+           "METALSLURM_MUNGE_KEY_B64": base64.b64encode(b"k" * 1024).decode(),
+           "METALSLURM_BMC_CREDENTIALS": json.dumps({"default": {"username": "a"}}),
+           "METALSLURM_INVENTORY": json.dumps({"all": {}})}
     with pytest.raises(OperatorFilesError, match="metalslurm:bmcCredentials"):
-        write_operator_files(tmp_path / "inventory.yml", env)
+        write_operator_files(state, env)
+    assert not state.root.exists()
 
 
-@pytest.mark.parametrize(("os_release", "gpus", "ok", "message"), [
-    ('ID=debian\nVERSION_ID="12"\n', 8, True, "debian 12 ok"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\n', 8, True, "ubuntu 24.04 ok"),
-    ('ID=centos\nVERSION_ID="7"\n', 8, False, "host gpu-001: runs centos 7"),
-    ('ID=debian\nVERSION_ID="12"\n', 4, False, "nvidia-smi shows 8 GPUs, the config says 4"),
+@pytest.mark.parametrize(("os_release", "os_name", "gpus", "ok", "message"), [
+    ('ID=debian\nVERSION_ID="12"\n', "debian12", 8, True, "debian 12 ok"),
+    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu24.04", 8, True, "ubuntu 24.04 ok"),
+    ('ID=centos\nVERSION_ID="7"\n', "debian13", 8, False,
+     "host gpu-001: runs centos 7; metalslurm:os is debian13 (debian 13)"),
+    # Every host must run the stack's OS: mixed releases mean mixed Slurm versions.
+    ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu24.04", 8, False,
+     "host gpu-001: runs ubuntu 22.04; metalslurm:os is ubuntu24.04 (ubuntu 24.04)"),
+    ('ID=debian\nVERSION_ID="12"\n', "debian12", 4, False,
+     "nvidia-smi shows 8 GPUs, the config says 4"),
 ])
-def test_host_check_script(tmp_path, os_release, gpus, ok, message):
+def test_host_check_script(tmp_path, os_release, os_name, gpus, ok, message):
     (tmp_path / "os-release").write_text(os_release)
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
     fake.chmod(0o755)
-    script = host_check_script("gpu-001", gpus, str(tmp_path / "os-release"))
+    script = host_check_script("gpu-001", gpus, os_name, str(tmp_path / "os-release"))
     res = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                          env={"PATH": f"{fake.parent}:/usr/bin:/bin"}, check=False)
     assert (res.returncode == 0) is ok, res.stderr

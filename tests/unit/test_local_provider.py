@@ -6,13 +6,18 @@ from infra.cli import stack_name, state_dir_for
 from infra.config import parse_config
 from infra.providers.local import (
     LocalCluster,
+    LocalPlan,
     container_name,
     host_hardware,
     kernel_has_nfs,
     network_name,
     node_specs,
+    spec_from_json,
+    spec_to_json,
     storage_mode,
+    write_local_inventory,
 )
+from infra.state import StateDir, ensure_cluster_secrets
 
 
 def test_addresses_start_at_dot_ten():
@@ -24,19 +29,49 @@ def test_addresses_start_at_dot_ten():
         ("gpu-001", "192.168.50.11", ("slurm_compute",)),
         ("gpu-002", "192.168.50.12", ("slurm_compute",)),
     ]
-    assert container_name(cfg, "gpu-001") == "lab-gpu-001"
-    assert network_name(cfg) == "lab-net"
+    assert container_name(cfg.cluster_name, "gpu-001") == "lab-gpu-001"
+    assert network_name(cfg.cluster_name) == "lab-net"
+
+
+def local_cluster(cfg, tmp_path, shared="host-bind") -> LocalCluster:
+    procfs = tmp_path / "filesystems"
+    procfs.write_text(WITH_NFS if shared == "nfs" else NO_NFS)
+    return LocalCluster(plan=LocalPlan.from_config(cfg, procfs), state=StateDir(tmp_path / "st"))
 
 
 def test_inventory_file_keeps_secrets_out(tmp_path):
-    cluster = LocalCluster(cfg=parse_config({}), state_dir=tmp_path)
-    cluster.munge_key_file.parent.mkdir(parents=True)
-    cluster.munge_key_file.write_text("c2VjcmV0LWtleS1ieXRlcw==\n")
-    cluster.write_inventory(cluster.specs())
-    text = cluster.inventory_path.read_text()
-    assert "c2VjcmV0" not in text
-    assert f"munge_key_b64_file: {cluster.munge_key_file.resolve()}" in text
+    cfg = parse_config({})
+    cluster = local_cluster(cfg, tmp_path)
+    secrets = ensure_cluster_secrets(cluster.state)
+    inventory = write_local_inventory(cfg, cluster, secrets)
+    text = inventory.read_text()
+    key_file = cluster.state.secret_file("munge_key_b64_file")
+    assert key_file.read_text().strip() not in text
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert f"munge_key_b64_file: {key_file}" in text
     assert "StrictHostKeyChecking=yes" in text
+    assert "metalslurm_shared_storage: host-bind" in text
+
+
+def test_cluster_secrets_are_made_once_and_kept(tmp_path):
+    state = StateDir(tmp_path / "st")
+    first = ensure_cluster_secrets(state)
+    contents = {var: Path(path).read_text() for var, path in first.items()}
+    assert ensure_cluster_secrets(state) == first
+    assert {var: Path(path).read_text() for var, path in first.items()} == contents
+    assert sorted(first) == ["munge_key_b64_file", "slurm_jwt_key_b64_file",
+                             "slurmdbd_password_file"]
+
+
+def test_the_plan_crosses_a_process_boundary_unchanged(tmp_path):
+    """The Pulumi local stack's steps get the plan as JSON instead of parsing the config."""
+    cfg = parse_config({"metalslurm:computePools": [
+        {"name": "gpu", "count": 1, "elasticCount": 1, "gpuType": "h100", "gpuCount": 8}]})
+    plan = local_cluster(cfg, tmp_path).plan
+    assert LocalPlan.from_json(plan.to_json()) == plan
+    small = LocalPlan.from_json(plan.to_json(with_specs=False))
+    assert (small.specs, small.elastic_nodes) == ((), ("gpu-002",))
+    assert [spec_from_json(spec_to_json(s)) for s in plan.specs] == list(plan.specs)
 
 
 def test_stack_names_follow_pulumi():
@@ -71,13 +106,11 @@ def test_nfs_mode_adds_the_server_node_at_the_last_address():
     assert [(s.name, s.address) for s in nfs] == [("nfs", "192.168.50.254")]
 
 
-def test_host_bind_mounts_one_directory_per_shared_path(tmp_path, monkeypatch):
-    cluster = LocalCluster(cfg=parse_config(
-        {"metalslurm:storage": {"paths": ["/home", "/shared", "/data/ckpt"]}}),
-        state_dir=tmp_path)
-    monkeypatch.setattr(LocalCluster, "shared_storage", property(lambda self: "host-bind"))
+def test_host_bind_mounts_one_directory_per_shared_path(tmp_path):
+    cluster = local_cluster(parse_config(
+        {"metalslurm:storage": {"paths": ["/home", "/shared", "/data/ckpt"]}}), tmp_path)
     mounts = cluster.bind_mounts()
-    assert [(d.relative_to(tmp_path).as_posix(), p) for d, p in mounts] == [
+    assert [(d.relative_to(tmp_path / "st").as_posix(), p) for d, p in mounts] == [
         ("shared/home", "/home"), ("shared/shared", "/shared"), ("shared/data_ckpt", "/data/ckpt")]
     cluster.ensure_shared_dirs()
     assert [oct(d.stat().st_mode & 0o7777) for d, _p in mounts] == ["0o755", "0o1777", "0o1777"]
@@ -100,8 +133,7 @@ def test_elastic_node_hardware_comes_from_the_hosts_cpus_and_memory():
 def test_elastic_nodes_are_cloud_nodes_with_their_hardware_in_the_inventory(tmp_path):
     cfg = parse_config({"metalslurm:computePools": [
         {"name": "gpu", "count": 1, "elasticCount": 2, "gpuType": "h100", "gpuCount": 8}]})
-    cluster = LocalCluster(cfg=cfg, state_dir=tmp_path)
-    specs = {s.name: s for s in cluster.specs()}
+    specs = {s.name: s for s in local_cluster(cfg, tmp_path).specs()}
     assert [(n, specs[n].node_state) for n in ("gpu-001", "gpu-002", "gpu-003")] == [
         ("gpu-001", "static"), ("gpu-002", "cloud"), ("gpu-003", "cloud")]
     assert "metalslurm_node_options" not in specs["gpu-001"].extra_vars
