@@ -13,10 +13,13 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from infra import inventory, slurmconf
+    from infra import inventory, slurm_versions, slurmconf, wheel
 except ImportError:  # running ansible-playbook from a checkout without 'pip install -e .'
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from infra import inventory, slurmconf
+    from infra import inventory, slurm_versions, slurmconf, wheel
+
+# Operator-side build output (git-ignored), e.g. the power programs' wheel.
+BUILD_DIR = Path(__file__).resolve().parents[2] / ".metalslurm" / "build"
 
 
 def _hostvar(hostvars: Any, host: str, key: str, default: Any = None) -> Any:
@@ -105,13 +108,23 @@ def gres_records(hosts: list[str], hostvars: Any) -> list[dict]:
     return records
 
 
-def partition_records(partitions: list[dict], options: dict | None = None) -> list[dict]:
-    """PartitionName records from the inventory's metalslurm_partitions list."""
+def partition_records(partitions: list[dict], options: dict | None = None,
+                      default_time: str = "1-00:00:00") -> list[dict]:
+    """PartitionName records from the inventory's metalslurm_partitions list.
+
+    A partition without ``default_time`` (a hand-written inventory) gets ``default_time``,
+    capped at its MaxTime: a job submitted without --time then has a bounded limit, which
+    GPU-minute budgets (AccountingStorageEnforce=safe) need to let it start.
+    """
     records = []
     for part in partitions:
+        max_time = part.get("max_time", "UNLIMITED")
         record = {"PartitionName": part["name"], "Nodes": list(part["nodes"]),
                   "Default": bool(part.get("default", False)),
-                  "MaxTime": part.get("max_time", "UNLIMITED"), "State": "UP"}
+                  "MaxTime": max_time,
+                  "DefaultTime": part.get("default_time") or slurmconf.shorter_time(
+                      default_time, max_time),
+                  "State": "UP"}
         record.update(dict(options or {}))
         record.update(part.get("options") or {})
         records.append(record)
@@ -127,6 +140,55 @@ def mount_unit_name(path: str) -> str:
     """The systemd mount unit for ``path`` (what ``systemd-escape --path --suffix=mount``
     prints): ``/home`` -> ``home.mount``, ``/data/ckpt-1`` -> ``data-ckpt\\x2d1.mount``."""
     return slurmconf.mount_unit_name(path)
+
+
+def fit_slurm_release(files: dict[str, Any], version: str) -> dict[str, Any]:
+    """Every file's settings as Slurm ``version`` takes them (infra/slurm_versions.py).
+
+    ``files`` maps a kind (slurm.conf, cgroup.conf, gres.conf, node, partition) to a dict
+    of settings or a list of records. Returns the same shape, adapted where the release
+    offers an equivalent, with ``notes`` (one sentence per adaptation); raises with one
+    sentence per setting the release cannot take, so nothing is written.
+    """
+    if not str(version).strip():
+        raise AnsibleFilterError("cannot tell which Slurm release the controller runs: "
+                                 "slurmctld is neither installed nor available from apt")
+    fitted: dict[str, Any] = {}
+    notes: list[str] = []
+    problems: list[str] = []
+    for kind, settings in files.items():
+        records = settings if isinstance(settings, list) else [settings]
+        out = []
+        for record in records:
+            try:
+                adapted, record_notes = slurm_versions.check_settings(kind, record, version)
+            except slurm_versions.SlurmVersionError as exc:
+                problems += [p for p in exc.problems if p not in problems]
+                continue
+            out.append(adapted)
+            notes += [n for n in record_notes if n not in notes]
+        fitted[kind] = out if isinstance(settings, list) else (out[0] if out else {})
+    if problems:
+        raise AnsibleFilterError(f"Slurm {version} on the controller cannot take "
+                                 f"{len(problems)} setting(s): " + " | ".join(problems))
+    fitted["notes"] = notes
+    return fitted
+
+
+def service_up(services: dict[str, Any], name: str) -> bool:
+    """True when ``ansible_facts.services`` (service_facts) shows systemd unit ``name``
+    running and enabled: a task that would only keep it so can be skipped."""
+    unit = services.get(name if name.endswith(".service") else f"{name}.service") or {}
+    return unit.get("state") == "running" and unit.get("status") == "enabled"
+
+
+def metalslurm_wheel(project_dir: str, out_dir: str | None = None) -> str:
+    """The path of a reproducible wheel of the Python project in ``project_dir``, built on
+    the operator's machine into ``.metalslurm/build`` (see infra/wheel.py)."""
+    try:
+        return str(wheel.build_wheel(project_dir, out_dir or BUILD_DIR))
+    except (OSError, wheel.WheelError) as exc:
+        raise AnsibleFilterError(f"cannot build a wheel of {project_dir}: {exc}") from exc
 
 
 def _wrap(func):
@@ -151,4 +213,7 @@ class FilterModule:
             "metalslurm_partition_lines": _wrap(slurmconf.partition_lines),
             "metalslurm_hostlist": _wrap(slurmconf.compress_hostlist),
             "metalslurm_mount_unit": _wrap(mount_unit_name),
+            "metalslurm_wheel": metalslurm_wheel,
+            "metalslurm_fit_slurm_release": fit_slurm_release,
+            "metalslurm_service_up": service_up,
         }

@@ -45,8 +45,21 @@ def test_partition_records_layer_defaults_and_options(filters):
               "options": {"PriorityJobFactor": 2}}]
     records = filters.partition_records(parts, {"OverSubscribe": "NO", "PriorityJobFactor": 1})
     assert records == [{"PartitionName": "train", "Nodes": ["g1", "g2"], "Default": True,
-                        "MaxTime": "7-00:00:00", "State": "UP", "OverSubscribe": "NO",
-                        "PriorityJobFactor": 2}]
+                        "MaxTime": "7-00:00:00", "DefaultTime": "1-00:00:00", "State": "UP",
+                        "OverSubscribe": "NO", "PriorityJobFactor": 2}]
+
+
+@pytest.mark.parametrize(("partition", "default_time"), [
+    ({"max_time": "7-00:00:00", "default_time": "4:00:00"}, "4:00:00"),
+    ({"max_time": "2:00:00"}, "2:00:00"),      # capped at MaxTime
+    ({"max_time": "UNLIMITED"}, "1-00:00:00"),
+    ({}, "1-00:00:00"),
+])
+def test_a_partition_from_a_hand_written_inventory_gets_a_default_time(filters, partition,
+                                                                        default_time):
+    """Jobs without --time must get a bounded limit for GPU-minute budgets to admit them."""
+    [record] = filters.partition_records([{"name": "p", "nodes": ["g1"], **partition}])
+    assert record["DefaultTime"] == default_time
     assert filters.slurm_records(
         [{"NodeName": "g1", "Gres": "gpu:a:1"}, {"NodeName": "g2", "Gres": "gpu:a:1"}],
         "NodeName") == ["NodeName=g[1-2] Gres=gpu:a:1"]

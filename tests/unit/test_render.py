@@ -1,0 +1,189 @@
+"""slurm.conf, cgroup.conf and gres.conf rendered in seconds by Ansible itself, from the
+roles' own defaults, vars and templates and an inventory built from the default local stack
+(Pulumi.local.yaml) with recorded node facts, once per Slurm release the supported
+operating systems ship; each rendered file is checked against infra/slurm_versions.py.
+
+The controller role's tasks/render.yml runs as the role runs it, with the configuration
+directory pointed at a temporary directory and the release given instead of read from
+dpkg (slurm_controller_slurm_release).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import load_stack_file
+from infra.inventory import build_inventory, cluster_vars
+from infra.providers.local import node_specs
+from infra.slurm_versions import check_settings
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASES = ("21.08", "22.05", "23.11", "24.11")
+# A DGX H100-like node as Ansible's setup module reports it (2 x 56-core Xeon Platinum
+# 8480C with hyper-threading, 2 TiB): the facts slurm.conf's NodeName lines come from.
+NODE_FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
+              "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
+# The same hardware as the local provider writes it for elastic (powered-down) nodes.
+NODE_OPTIONS = {"Sockets": 2, "CoresPerSocket": 56, "ThreadsPerCore": 2, "CPUs": 224,
+                "RealMemory": 2063937 * 97 // 100}
+
+
+def fixture_inventory() -> dict:
+    """The default local stack's inventory, as 'local up' writes it, plus node facts."""
+    cfg = load_stack_file(REPO / "Pulumi.local.yaml")
+    specs = [replace(s, extra_vars={"metalslurm_node_options": NODE_OPTIONS})
+             if s.node_state == "cloud" else s for s in node_specs(cfg, "host-bind")]
+    all_vars = {**cluster_vars(cfg, specs), "metalslurm_shared_storage": "host-bind",
+                "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = build_inventory(specs, all_vars)
+    for name, host in inventory["all"]["hosts"].items():
+        if name.startswith("gpu-") and host["metalslurm_node_state"] == "static":
+            host.update(NODE_FACTS)
+    return inventory
+
+
+def run_render(tmp_path: Path, releases: tuple[str, ...],
+               extra_vars: dict | None = None) -> subprocess.CompletedProcess[str]:
+    handlers = [{"name": topic, "ansible.builtin.debug": {"msg": topic}}
+                for topic in ("Reconfigure Slurm", "Restart slurmctld")]
+    play = [{
+        "name": "Render the controller's Slurm files for each release",
+        "hosts": "slurm_controller", "gather_facts": False,
+        "vars_files": [str(REPO / f) for f in (
+            "ansible/group_vars/all/metalslurm.yml", "roles/slurm_common/defaults/main.yml",
+            "roles/slurm_controller/defaults/main.yml", "roles/slurm_controller/vars/main.yml")],
+        "vars": {"ansible_managed": "rendered by tests/unit/test_render.py"},
+        "tasks": [{"name": "Render for one release",
+                   "ansible.builtin.include_tasks": str(
+                       REPO / "roles/slurm_controller/tasks/render.yml"),
+                   "vars": {"slurm_controller_slurm_release": "{{ item }}",
+                            "slurm_common_conf_dir": f"{tmp_path}/{{{{ item }}}}"},
+                   "loop": list(releases)}],
+        "handlers": handlers}]
+    for release in releases:
+        (tmp_path / release).mkdir()
+    # Tasks included from a play find templates next to the playbook: the role's own.
+    (tmp_path / "templates").symlink_to(REPO / "roles/slurm_controller/templates")
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(fixture_inventory()))
+    (tmp_path / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
+               ANSIBLE_FILTER_PLUGINS=str(REPO / "ansible/filter_plugins"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
+    (tmp_path / "extra-vars.yml").write_text(yaml.safe_dump(extra_vars or {}))
+    return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
+                           "-e", f"@{tmp_path / 'extra-vars.yml'}", str(tmp_path / "render.yml")],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("render")
+    proc = run_render(out, RELEASES)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    (out / "ansible.log").write_text(proc.stdout)
+    return out
+
+
+def settings(path: Path) -> dict[str, str]:
+    """The Key=Value settings of a rendered file (node and partition lines left out)."""
+    return dict(line.split("=", 1) for line in lines(path)
+                if not line.startswith(("NodeName=", "PartitionName=")))
+
+
+def lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_node_lines_are_compressed_and_come_from_facts_or_the_inventory(rendered):
+    nodes = [line for line in lines(rendered / "24.11/slurm.conf") if line.startswith("Node")]
+    hardware = "CoresPerSocket=56 Gres=gpu:h100:8 RealMemory=2002018 Sockets=2"
+    assert nodes == [
+        f"NodeName=gpu-[001-002] {hardware} State=UNKNOWN ThreadsPerCore=2",
+        f"NodeName=gpu-[003-004] CPUs=224 {hardware} State=CLOUD ThreadsPerCore=2 Weight=100"]
+
+
+def test_every_partition_has_a_default_time(rendered):
+    parts = [line for line in lines(rendered / "24.11/slurm.conf")
+             if line.startswith("PartitionName=")]
+    assert parts == [
+        "PartitionName=debug Default=NO DefaultTime=30:00 MaxNodes=1 MaxTime=2:00:00 "
+        "Nodes=gpu-[001-004] PriorityTier=1 State=UP",
+        "PartitionName=train Default=YES DefaultTime=1-00:00:00 MaxTime=7-00:00:00 "
+        "Nodes=gpu-[001-004] PriorityTier=1 State=UP",
+        "PartitionName=priority Default=NO DefaultTime=1-00:00:00 MaxTime=30-00:00:00 "
+        "Nodes=gpu-[001-004] PriorityJobFactor=2 PriorityTier=2 State=UP"]
+
+
+def test_gres_and_cgroup_files(rendered):
+    assert lines(rendered / "24.11/gres.conf") == [
+        "NodeName=gpu-[001-004] File=/dev/nvidia[0-7] Name=gpu Type=h100"]
+    assert settings(rendered / "24.11/cgroup.conf") == {
+        "CgroupPlugin": "autodetect", "ConstrainCores": "YES", "ConstrainDevices": "YES",
+        "ConstrainRAMSpace": "YES"}
+
+
+def test_accounting_power_saving_and_scheduling_settings(rendered):
+    conf = settings(rendered / "24.11/slurm.conf")
+    assert {k: conf[k] for k in (
+        "ClusterName", "SlurmctldHost", "AccountingStorageEnforce", "AccountingStorageTRES",
+        "GresTypes", "SuspendExcNodes", "ResumeProgram", "SuspendTime", "ResumeTimeout",
+        "TreeWidth", "PreemptType", "PreemptMode", "DefMemPerCPU")} == {
+        "ClusterName": "metalslurm", "SlurmctldHost": "ctl(10.77.0.10)",
+        "AccountingStorageEnforce": "associations,limits,qos,safe",
+        "AccountingStorageTRES": "gres/gpu,gres/gpu:h100", "GresTypes": "gpu",
+        "SuspendExcNodes": "gpu-[001-002]",
+        "ResumeProgram": conf["ResumeProgram"], "SuspendTime": "120", "ResumeTimeout": "120",
+        "TreeWidth": "65533", "PreemptType": "preempt/partition_prio", "PreemptMode": "REQUEUE",
+        "DefMemPerCPU": str(2002018 // 224)}
+    assert conf["ResumeProgram"].endswith("/metalslurm-resume")
+
+
+@pytest.mark.parametrize(("release", "ctld_parameters", "private_data"), [
+    ("21.08", "enable_configless,idle_on_node_suspend,cloud_reg_addrs", "cloud"),
+    ("22.05", "enable_configless,idle_on_node_suspend,cloud_reg_addrs", "cloud"),
+    # 23.11 made cloud_reg_addrs the default and removed the option; cloud nodes show in
+    # sinfo without PrivateData=cloud since 23.02.
+    ("23.11", "enable_configless,idle_on_node_suspend", None),
+    ("24.11", "enable_configless,idle_on_node_suspend", None),
+])
+def test_settings_are_fitted_to_each_release(rendered, release, ctld_parameters, private_data):
+    conf = settings(rendered / release / "slurm.conf")
+    assert conf["SlurmctldParameters"] == ctld_parameters
+    assert conf.get("PrivateData") == private_data
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name", ["slurm.conf", "cgroup.conf"])
+def test_each_rendered_file_is_what_its_release_takes(rendered, release, name):
+    """The table has nothing more to adapt in what was written for a release."""
+    conf = {k: v.split(",") if "," in v else v
+            for k, v in settings(rendered / release / name).items()}
+    adapted, notes = check_settings(name, conf, release)
+    assert adapted == conf
+    caveats = [n for n in notes if "cgroup v1 hierarchy" in n]
+    assert notes == caveats and bool(caveats) == (release == "21.08" and name == "cgroup.conf")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_rendered_record_is_what_its_release_takes(rendered, release):
+    text = lines(rendered / release / "slurm.conf")
+    for kind, prefix in (("node", "NodeName="), ("partition", "PartitionName=")):
+        for line in (line for line in text if line.startswith(prefix)):
+            record = dict(item.split("=", 1) for item in line.split())
+            assert check_settings(kind, record, release) == (record, []), line
+
+
+def test_a_setting_the_release_cannot_take_is_refused_before_any_file_is_written(tmp_path):
+    proc = run_render(tmp_path, ("22.05",),
+                      {"slurm_controller_config": {"TopologyPlugin": "topology/block"}})
+    assert proc.returncode != 0
+    assert "Slurm 22.05 on the controller cannot take 1 setting(s): " in proc.stdout
+    assert "TopologyPlugin" in proc.stdout and "topology/block" in proc.stdout
+    assert list((tmp_path / "22.05").iterdir()) == []
