@@ -13,6 +13,8 @@ import pytest
 import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
+from infra.playbook import expected_services
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -22,6 +24,11 @@ class Cluster:
     hostvars: dict[str, dict] = field(default_factory=dict)
     # Elastic nodes that Slurm holds powered down: checked when they are up.
     powered_down: list[str] = field(default_factory=list)
+    # host -> the daemons ansible/site.yml gives it (infra/playbook.py)
+    services: dict[str, list[str]] = field(default_factory=dict)
+
+    def services_of(self, host: str) -> list[str]:
+        return self.services[host]
 
     @property
     def static_compute(self) -> list[str]:
@@ -68,7 +75,8 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
                                f"--nodes={','.join(cloud)}")
         powered_down = sorted({line.split()[0] for line in out.splitlines()
                                if line.split()[1].endswith("~")})
-    return Cluster(inventory, controllers[0], compute, hostvars, powered_down)
+    return Cluster(inventory, controllers[0], compute, hostvars, powered_down,
+                   expected_services(inventory))
 
 
 @pytest.fixture(scope="session")
