@@ -7,7 +7,7 @@ inflate) and its ratio to the 10 s target (both measured here, in this run). Eac
 provider starts from a collected heap, so it does not pay for the previous run's garbage.
 ``--profile`` also prints where the time goes (cProfile, cumulative) to stderr.
 
-    .venv/bin/python bench/bench_pulumi.py [--nodes 1000] [--provider oci] [--profile]
+    .venv/bin/python -m bench.bench_pulumi [--nodes 1000] [--provider oci] [--profile]
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from tests.pulumi.mocks import run_program
+from tests.pulumi.test_program import SECRET_VALUES, example
 
-from tests.pulumi.mocks import run_program  # noqa: E402
-from tests.pulumi.test_program import SECRET_VALUES, example  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TARGET_SECONDS = 10.0
 

@@ -12,7 +12,7 @@ and, in the same run, a raw container start: ``podman start`` until the node's s
 active. The overhead metalslurm and Slurm add is the total minus the raw start; the target
 is under 5 s.
 
-    .venv/bin/python bench/bench_resume.py [--rounds 5] [--keep]
+    .venv/bin/python -m bench.bench_resume [--rounds 5] [--keep]
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.power_log import resume_timeline
 
-from bench.power_log import resume_timeline  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 STACK = REPO / "bench" / "Pulumi.bench-elastic.yaml"
 CLUSTER = "ms-bench-el"

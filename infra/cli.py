@@ -78,14 +78,16 @@ def storage_summary(cfg: ClusterConfig, cluster: LocalCluster) -> str:
     return "none"
 
 
-def cmd_local_up(args: argparse.Namespace) -> int:
+def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = True,
+             verify: bool = True, verbose: bool = False) -> tuple[int, dict[str, float]]:
+    """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
+    time of each phase (bench/bench_up.py runs the same steps)."""
     from infra.configure import print_summary, run_playbook
     from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
     from infra.state import ensure_cluster_secrets
     from infra.verify import run_verify
 
-    cfg, cluster = _local_cluster(args.stack)  # config errors stop here, before anything
     cluster.preflight()
     timings: dict[str, float] = {}
     with phase("image", timings):
@@ -98,12 +100,12 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         say(f"    shared storage: {storage_summary(cfg, cluster)}")
         say(f"    inventory: {inventory}")
     rc = 0
-    if not args.no_configure:
+    if configure:
         with phase("configure", timings):
             started = cluster.prepare_elastic_nodes_for_configure()
             if started:
                 say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
-            result = run_playbook(inventory, out=say if args.verbose else (lambda _m: None))
+            result = run_playbook(inventory, out=say if verbose else (lambda _m: None))
             print_summary(result, out=say)
         rc = result.rc
         if rc == 0:
@@ -111,9 +113,16 @@ def cmd_local_up(args: argparse.Namespace) -> int:
             stopped = cluster.power_down_idle_elastic_nodes()
             if stopped:
                 say(f"    elastic nodes powered down until Slurm needs them: {', '.join(stopped)}")
-        if rc == 0 and not args.no_verify:
+        if rc == 0 and verify:
             with phase("verify", timings):
                 rc = run_verify(inventory, out=say)
+    return rc, timings
+
+
+def cmd_local_up(args: argparse.Namespace) -> int:
+    cfg, cluster = _local_cluster(args.stack)  # config errors stop here, before anything
+    rc, timings = local_up(cfg, cluster, configure=not args.no_configure,
+                           verify=not args.no_verify, verbose=args.verbose)
     total = sum(timings.values())
     say("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
         + f", total {total:.1f} s")

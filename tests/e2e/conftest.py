@@ -1,4 +1,12 @@
-"""End-to-end tests: real local clusters of podman nodes, configured by the real roles."""
+"""End-to-end tests: real local clusters of podman nodes, configured by the real roles.
+
+Every Debian 13 module shares one cluster (``debian13``), brought up once per session from
+nothing (leftovers of earlier runs removed first) and removed at the end; each module
+leaves it as it found it: jobs finished, elastic nodes powered down, the stack config's
+settings in place. The Debian 12 module brings up its own small cluster. The helpers the
+modules share live here; no test module imports another. Each module's wall time is
+printed at the end of the run.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +15,46 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = Path(__file__).resolve().parent / "stacks"
+DEBIAN13_STACK = STACKS / "Pulumi.e2e-debian13.yaml"
+JOB_TIMEOUT = 240
+POWER_LOG = "/var/log/slurm/metalslurm-power.log"
+# SuspendTime + SuspendTimeout of the Debian 13 stack + the power-saving pass, with margin.
+POWER_DOWN_WITHIN = 15 + 10 + 60
+
+_MODULE_SECONDS: dict[str, float] = defaultdict(float)
+_SHARED: dict[str, float] = {}
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.e2e)
+
+
+def pytest_runtest_logreport(report):
+    _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    terminalreporter.section("e2e durations per module (setup + tests + teardown)")
+    for module, seconds in sorted(_MODULE_SECONDS.items()):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    for what, seconds in _SHARED.items():
+        terminalreporter.write_line(f"{seconds:8.1f} s  ({what}, counted in the module that "
+                                    "used it first)")
+    terminalreporter.write_line(f"{sum(_MODULE_SECONDS.values()):8.1f} s  total")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,19 +90,121 @@ def network_exists(name: str) -> bool:
     return subprocess.run(["podman", "network", "exists", name], check=False).returncode == 0
 
 
-DEBIAN13_STACK = STACKS / "Pulumi.e2e-debian13.yaml"
+def wait_for(description: str, probe: Callable[[], Any], timeout: float = JOB_TIMEOUT,
+             every: float = 2.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {description} (last: {last!r})")
+
+
+@dataclass
+class LocalStack:
+    """One local cluster of the e2e run: its stack file, names, and ways to use it."""
+
+    stack: Path
+    name: str
+    state_name: str
+    up: subprocess.CompletedProcess[str]
+    elastic: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> Path:
+        return REPO / ".metalslurm" / self.state_name
+
+    @property
+    def inventory(self) -> Path:
+        return self.state / "inventory.yml"
+
+    def on(self, node: str, command: str, user: str | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a node (as ``user`` from their home directory)."""
+        if user:
+            command = f"cd /home/{user} && runuser -u {user} -- {command}"
+        proc = metalslurm("local", "exec", "--stack", str(self.stack), node, "--", "sh", "-c",
+                          command)
+        if check:
+            assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+        return proc
+
+    def ctl(self, command: str, user: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.on("ctl", command, user, check)
+
+    # ---- jobs ----------------------------------------------------------------------
+
+    def submit(self, user: str, args: str) -> str:
+        return self.ctl(f"sbatch --parsable --chdir=/home/{user} -o /dev/null {args}",
+                        user).stdout.strip().split(";")[0]
+
+    def job_field(self, job: str, fmt: str) -> str:
+        return self.ctl(f"squeue --noheader --jobs={job} --format='{fmt}'",
+                        check=False).stdout.strip()
+
+    def sacct_rows(self, job: str, fields: str, duplicates: bool = False) -> list[list[str]]:
+        dup = "--duplicates " if duplicates else ""
+        out = self.ctl(f"sacct {dup}--allocations --noheader --parsable2 --jobs={job} "
+                       f"--format={fields}").stdout
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def final_state(self, job: str) -> str | None:
+        rows = self.sacct_rows(job, "State")
+        state = rows[-1][0] if rows else ""
+        return state if state and state not in ("PENDING", "RUNNING", "REQUEUED") else None
+
+    def wait_until_done(self, job: str, timeout: float = JOB_TIMEOUT) -> str:
+        return wait_for(f"job {job} to finish", lambda: self.final_state(job), timeout=timeout)
+
+    # ---- elastic nodes ---------------------------------------------------------------
+
+    def container_state(self, node: str) -> str:
+        out = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}}",
+                              f"{self.name}-{node}"], capture_output=True, text=True,
+                             check=False)
+        return out.stdout.strip() or "absent"
+
+    def slurm_state(self, node: str) -> str:
+        return self.ctl(f"sinfo --noheader --Node --partition=train --nodes={node} "
+                        "--format=%T").stdout.strip()
+
+    def all_powered_down(self) -> bool:
+        return all(self.container_state(n) != "running" and self.slurm_state(n) == "idle~"
+                   for n in self.elastic)
+
+    def wait_for_elastic_nodes_down(self, timeout: float = 400) -> None:
+        """Until every elastic node is powered down (Slurm's SuspendTime, or a resume that
+        runs into ResumeTimeout, then a requeued job's run and SuspendTime again)."""
+        wait_for("the elastic nodes to be powered down", self.all_powered_down,
+                 timeout=timeout)
+
+    def power_events(self, event: str, node: str | None = None,
+                     ok: bool | None = None) -> list[dict]:
+        lines = self.ctl(f"cat {POWER_LOG}").stdout.splitlines()
+        events = [json.loads(line) for line in lines if line.startswith("{")]
+        return [e for e in events if e.get("event") == event
+                and (node is None or e.get("node") == node or node in e.get("nodes", []))
+                and (ok is None or e.get("ok") is ok)]
 
 
 @pytest.fixture(scope="session")
-def debian13_up():
-    """The Debian 13 cluster, brought up once from nothing (leftovers of earlier runs removed
-    first) and shared by the modules that test it; removed at the end of the session."""
+def debian13():
+    """The Debian 13 cluster, brought up once from nothing and shared by every module that
+    tests it; removed at the end of the session."""
+    cluster = LocalStack(DEBIAN13_STACK, "ms-e2e13", "e2e-debian13",
+                         subprocess.CompletedProcess(["local", "up"], 0, "", ""),
+                         elastic=("gpu-003", "gpu-004"))
     if os.environ.get("METALSLURM_E2E_REUSE"):
         # Developer shortcut: test against the cluster a previous 'local up' left running.
-        yield subprocess.CompletedProcess(["local", "up"], 0, "", "")
+        yield cluster
         return
+    start = time.monotonic()
     metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
-    assert cluster_containers("ms-e2e13") == []
-    proc = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
-    yield proc
+    assert cluster_containers(cluster.name) == []
+    cluster.up = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
+    _SHARED["Debian 13 cluster brought up"] = time.monotonic() - start
+    yield cluster
     metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))

@@ -1,14 +1,13 @@
-"""The default cluster on Debian 13, from nothing to verified, then idempotence and repair.
+"""The Debian 13 cluster from nothing to verified, then idempotence, check mode, handlers
+and repair.
 
-Tests run in file order and share one cluster with tests/e2e/test_accounting.py (the
-session fixture ``debian13_up`` removes leftovers of earlier runs first); the last test
-here tears it down.
+Runs on the session's shared Debian 13 cluster; every setting changed here is set back to
+the stack config's before the module ends, and the repaired node is whole again.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 
@@ -16,26 +15,20 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
-from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm, network_exists
-from tests.e2e.test_elastic import wait_for_elastic_nodes_down
+from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exists
 
-STACK = STACKS / "Pulumi.e2e-debian13.yaml"
 CLUSTER = "ms-e2e13"
-STATE = REPO / ".metalslurm" / "e2e-debian13"
-INVENTORY = STATE / "inventory.yml"
 NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004"]  # gpu-003, gpu-004: elastic
+POWERED_DOWN_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: gpu-00[34] is an elastic node and is "
+                               r"powered down$")
 
 
 @pytest.fixture(scope="module")
-def up(debian13_up):
+def up(debian13):
     # Configure runs against a cluster whose elastic nodes are all down: an elastic node
     # that Slurm powers down in the middle of a run would be unreachable for the rest of it.
-    wait_for_elastic_nodes_down()
-    return debian13_up
-
-
-POWERED_DOWN_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: gpu-00[34] is an elastic node and is "
-                               r"powered down$")
+    debian13.wait_for_elastic_nodes_down()
+    return debian13
 
 
 def test_bad_config_stops_before_anything_is_created(tmp_path):
@@ -46,39 +39,40 @@ def test_bad_config_stops_before_anything_is_created(tmp_path):
         "metalslurm:computePools": [{"name": "gpu", "count": -2}]}}))
     proc = metalslurm("local", "up", "--stack", str(stack))
     assert proc.returncode == 2
-    assert "metalslurm:os: 'centos7' is not one of the allowed values: debian12, debian13" \
-        in proc.stdout
+    assert ("metalslurm:os: 'centos7' is not one of the allowed values: debian12, debian13, "
+            "ubuntu22.04, ubuntu24.04") in proc.stdout
     assert "metalslurm:computePools[0].count: must be at least 0, got -2" in proc.stdout
     assert cluster_containers("ms-e2e-bad") == []
     assert not network_exists("ms-e2e-bad-net")
 
 
 def test_up_provisions_configures_and_verifies(up):
-    assert up.returncode == 0, up.stdout[-3000:]
+    out = up.up.stdout
+    assert up.up.returncode == 0, out[-3000:]
     for phase in ("image", "nodes", "configure", "verify"):
-        assert f"<== {phase}: " in up.stdout
-    assert "configure successful" in up.stdout
-    summary = [line for line in up.stdout.splitlines()
+        assert f"<== {phase}: " in out
+    assert "configure successful" in out
+    summary = [line for line in out.splitlines()
                if re.match(r"^\d+ passed(, \d+ skipped)?$", line)]
-    assert summary, up.stdout[-3000:]
+    assert summary, out[-3000:]
     assert cluster_containers(CLUSTER) == [f"{CLUSTER}-{n}" for n in NODES]
 
 
 def test_inventory_keeps_the_munge_key_out(up):
-    text = INVENTORY.read_text()
-    key_file = STATE / "secrets" / "munge.key.b64"
+    text = up.inventory.read_text()
+    key_file = up.state / "secrets" / "munge.key.b64"
     assert key_file.read_text().strip() not in text
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
 
 
 def test_second_configure_changes_nothing(up):
-    result = run_playbook(INVENTORY, out=lambda _line: None)
+    result = run_playbook(up.inventory, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
 
 
 def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
-    result = run_playbook(INVENTORY, check=True, out=lambda _line: None)
+    result = run_playbook(up.inventory, check=True, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
 
@@ -86,17 +80,15 @@ def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
 def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
     """A bad setting fails the controller play after the node plays ran; slurm.conf is
     left as it was and a plain re-run completes with nothing to change."""
-    before = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
-                        "sha256sum", "/etc/slurm/slurm.conf").stdout
-    failed = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+    before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
+    failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
     assert not failed.ok
     assert any("setting SchedulerParameters: value 'bf_interval=30 bf_window=60' cannot be "
                "written unquoted" in f for f in failed.failures), failed.failures
-    after = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
-                       "sha256sum", "/etc/slurm/slurm.conf").stdout
+    after = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
     assert after == before
-    rerun = run_playbook(INVENTORY, out=lambda _line: None)
+    rerun = run_playbook(up.inventory, out=lambda _line: None)
     assert rerun.ok, rerun.failures
     assert rerun.changed_tasks == []
 
@@ -106,7 +98,7 @@ def test_the_nfs_roles_run_in_check_mode_against_real_nodes(up, tmp_path):
     NFS roles still run, in check mode, against real nodes: ctl as the server, the compute
     nodes as clients. They must predict their changes, render their files from the real
     nodes' facts, and leave every node untouched."""
-    inventory = yaml.safe_load(INVENTORY.read_text())
+    inventory = yaml.safe_load(up.inventory.read_text())
     inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
     inventory["all"]["children"]["nfs_server"]["hosts"] = {"ctl": None}
     variant = tmp_path / "inventory-nfs.yml"
@@ -130,17 +122,14 @@ def test_the_nfs_roles_run_in_check_mode_against_real_nodes(up, tmp_path):
                   if line.startswith("What=")) == ["What=10.78.13.10:/home",
                                                    "What=10.78.13.10:/shared"]
     for node in ("ctl", "gpu-001"):
-        probe = metalslurm("local", "exec", "--stack", str(STACK), node, "--", "sh", "-c",
-                           "dpkg -s nfs-kernel-server nfs-common 2>/dev/null | grep -c "
-                           "'^Status: install ok'; ls /etc/exports.d /etc/systemd/system/"
-                           "home.mount 2>&1 | grep -c 'No such file'")
+        probe = up.on(node, "dpkg -s nfs-kernel-server nfs-common 2>/dev/null | grep -c "
+                      "'^Status: install ok'; ls /etc/exports.d /etc/systemd/system/"
+                      "home.mount 2>&1 | grep -c 'No such file'", check=False)
         assert probe.stdout.split() == ["0", "2"], (node, probe.stdout)
 
 
-def scontrol_config(key: str) -> str:
-    proc = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--", "sh", "-c",
-                      f"scontrol show config | grep -E '^{key} '")
-    return proc.stdout.split("=", 1)[1].strip()
+def scontrol_config(cluster, key: str) -> str:
+    return cluster.ctl(f"scontrol show config | grep -E '^{key} '").stdout.split("=", 1)[1].strip()
 
 
 def changed_by_host(result) -> dict[str, list[str]]:
@@ -151,15 +140,15 @@ def changed_by_host(result) -> dict[str, list[str]]:
 
 
 def test_a_reconfigurable_change_reconfigures_without_restarts(up):
-    result = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+    result = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=45"}})
     assert result.ok, result.failures
     assert changed_by_host(result) == {"ctl": ["Write slurm.conf", "Reconfigure Slurm"]}
-    assert scontrol_config("SchedulerParameters") == "bf_interval=45"
+    assert scontrol_config(up, "SchedulerParameters") == "bf_interval=45"
 
 
 def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
-    result = run_playbook(INVENTORY, out=lambda _line: None, extra_vars={
+    result = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"MpiDefault": "pmi2"}})
     assert result.ok, result.failures
     changed = changed_by_host(result)
@@ -167,42 +156,40 @@ def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
                               "to change", "Restart slurmctld"]
     for node in ("gpu-001", "gpu-002"):
         assert "Restart slurmd" in changed[node], changed
-    assert scontrol_config("MpiDefault") == "pmi2"
+    assert scontrol_config(up, "MpiDefault") == "pmi2"
 
 
 def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
-    back = run_playbook(INVENTORY, out=lambda _line: None)
+    back = run_playbook(up.inventory, out=lambda _line: None)
     assert back.ok, back.failures
     assert "Restart slurmctld" in changed_by_host(back)["ctl"]
     # Slurm 24.11 shows MpiDefault=none as "(null)".
-    assert scontrol_config("MpiDefault") in ("none", "(null)")
-    again = run_playbook(INVENTORY, out=lambda _line: None)
+    assert scontrol_config(up, "MpiDefault") in ("none", "(null)")
+    again = run_playbook(up.inventory, out=lambda _line: None)
     assert again.changed_tasks == []
 
 
 def test_status_and_exec(up):
-    status = metalslurm("local", "status", "--stack", str(STACK))
+    status = metalslurm("local", "status", "--stack", str(up.stack))
     assert status.returncode == 0
     for node in NODES:
         assert f"{CLUSTER}-{node}" in status.stdout
-    proc = metalslurm("local", "exec", "--stack", str(STACK), "gpu-002", "--", "hostname")
+    proc = metalslurm("local", "exec", "--stack", str(up.stack), "gpu-002", "--", "hostname")
     assert (proc.returncode, proc.stdout.strip()) == (0, "gpu-002")
 
 
 def test_configure_repairs_a_broken_compute_node(up):
-    broken = metalslurm("local", "exec", "--stack", str(STACK), "gpu-002", "--", "sh", "-c",
-                        "systemctl stop slurmd && rm /etc/default/slurmd "
-                        "/etc/systemd/system/slurmd.service.d/metalslurm.conf")
+    broken = up.on("gpu-002", "systemctl stop slurmd && rm /etc/default/slurmd "
+                   "/etc/systemd/system/slurmd.service.d/metalslurm.conf", check=False)
     assert broken.returncode == 0
-    result = run_playbook(INVENTORY, out=lambda _line: None)
+    result = run_playbook(up.inventory, out=lambda _line: None)
     assert result.ok, result.failures
     assert sorted(t for h, t in result.changed_tasks if h == "gpu-002") == [
         "Let slurmd start without a local slurm.conf (configless)",
         "Point slurmd at the controller for its configuration",
         "Restart slurmd",
     ]
-    sinfo = metalslurm("local", "exec", "--stack", str(STACK), "ctl", "--",
-                       "sinfo", "--noheader", "--Node", "--partition=train", "--format=%N %T")
+    sinfo = up.ctl("sinfo --noheader --Node --partition=train --format='%N %T'")
     assert sinfo.stdout.split("\n")[:2] == ["gpu-001 idle", "gpu-002 idle"]
 
 
@@ -210,7 +197,7 @@ def test_plain_pytest_runs_the_verify_suite_on_the_inventory(up):
     """The documented plain-tools command, after the repair above: the cluster is whole."""
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/verify",
-         "--hosts=ansible://all", f"--ansible-inventory={INVENTORY}"],
+         "--hosts=ansible://all", f"--ansible-inventory={up.inventory}"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
     # Every check passed; the only ones skipped are per-host checks of the two elastic
@@ -219,12 +206,3 @@ def test_plain_pytest_runs_the_verify_suite_on_the_inventory(up):
     assert re.match(r"^\d+ passed(, \d+ skipped)? in ", lines[-1]), proc.stdout
     skipped = [line for line in lines if line.startswith("SKIPPED")]
     assert all(POWERED_DOWN_SKIP.match(line) for line in skipped), skipped
-
-
-def test_down_removes_everything(up):
-    proc = metalslurm("local", "down", "--stack", str(STACK))
-    assert proc.returncode == 0
-    assert cluster_containers(CLUSTER) == []
-    assert not network_exists(f"{CLUSTER}-net")
-    assert not STATE.exists()
-    shutil.rmtree(STATE, ignore_errors=True)

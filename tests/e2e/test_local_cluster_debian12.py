@@ -1,5 +1,7 @@
 """Debian 12 nodes (Slurm 22.05): configure with the controller as munge key source,
-a multi-node srun, the verify suite, and a second configure with nothing to change."""
+a multi-node srun, the verify suite, a second configure with nothing to change, scaling
+down, a lost state directory, and 'down' removing everything. This module brings up and
+removes its own cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
-from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm
+from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm, network_exists
 
 STACK = STACKS / "Pulumi.e2e-debian12.yaml"
 CLUSTER = "ms-e2e12"
@@ -107,3 +109,12 @@ def test_up_recovers_when_the_state_directory_was_lost(configured, tmp_path):
     assert result.ok, result.failures
     out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_down_removes_everything(configured):
+    proc = metalslurm("local", "down", "--stack", str(STACK))
+    assert proc.returncode == 0
+    assert "removed 3 node container(s) of cluster ms-e2e12" in proc.stdout
+    assert cluster_containers(CLUSTER) == []
+    assert not network_exists(f"{CLUSTER}-net")
+    assert not STATE.exists()
