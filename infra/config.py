@@ -309,9 +309,6 @@ class ClusterConfig:
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
 
-    def compute_node_names(self) -> list[str]:
-        return [n for pool in self.compute_pools for n in pool.node_names()]
-
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]
 
@@ -787,12 +784,3 @@ def load_stack_file(path: str | Path) -> ClusterConfig:
                            "default cluster without saying so; add 'config:' with at least "
                            f"'{key('provider')}' (see Pulumi.example-local.yaml)"], str(path))
     return parse_config(config, source=str(path))
-
-
-def pulumi_project_config() -> dict[str, dict[str, Any]]:
-    """The ``config:`` section of ``Pulumi.yaml``: the keys Pulumi's project schema can type,
-    with the parser's defaults (Pulumi applies a declared default to every stack without
-    the key, so a declared default must be the parser's)."""
-    return {key(k.name): {"type": k.pulumi_type, "default": k.default,
-                          "description": k.description}
-            for k in STACK_KEYS if k.pulumi_type is not None}

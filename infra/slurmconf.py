@@ -148,17 +148,6 @@ def gpu_device_files(count: int, prefix: str = "/dev/nvidia") -> str:
     return compress_hostlist(f"{prefix}{i}" for i in range(count))
 
 
-def render_conf(settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]] = (),
-                partitions: Sequence[Mapping[str, Any]] = ()) -> str:
-    """A whole slurm.conf body: settings, then nodes, then partitions."""
-    out = settings_lines(settings)
-    if nodes:
-        out += ["", "# Nodes"] + node_lines(nodes)
-    if partitions:
-        out += ["", "# Partitions"] + partition_lines(partitions)
-    return "\n".join(out) + "\n"
-
-
 def mount_unit_name(path: str) -> str:
     """systemd's unit name for a mount point (``systemd-escape --path --suffix=mount``)."""
     if not path.startswith("/") or path == "/":

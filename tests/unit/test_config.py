@@ -8,6 +8,10 @@ import pytest
 from infra.config import ConfigError, load_stack_file, parse_config
 
 
+def node_names(cfg):
+    return [n for pool in cfg.compute_pools for n in pool.node_names()]
+
+
 def ms(**kwargs):
     return {f"metalslurm:{k}": v for k, v in kwargs.items()}
 
@@ -18,7 +22,7 @@ def test_defaults_are_one_controller_and_two_gpu_nodes():
     assert cfg.private_cidr == ipaddress.ip_network("10.77.0.0/24")
     assert cfg.os == "debian13"
     assert cfg.controller_name == "ctl"
-    assert cfg.compute_node_names() == ["gpu-001", "gpu-002"]
+    assert node_names(cfg) == ["gpu-001", "gpu-002"]
     assert [(p.gpu_type, p.gpu_count) for p in cfg.compute_pools] == [("h100", 8)]
     # The seed guide's research cluster: debug, train (default), priority (preempts).
     assert [(p.name, p.default, p.max_time) for p in cfg.partitions] == [
@@ -36,7 +40,7 @@ def test_pools_and_partitions_are_read():
         partitions=[{"name": "debug", "pools": ["cpu"], "maxTime": "2:00:00"},
                     {"name": "train", "default": True, "maxTime": "7-00:00:00",
                      "options": {"PriorityJobFactor": 2}}]))
-    assert cfg.compute_node_names() == ["h100-001", "h100-002", "h100-003", "cpu-001"]
+    assert node_names(cfg) == ["h100-001", "h100-002", "h100-003", "cpu-001"]
     assert cfg.partitions[0].pools == ("cpu",)
     assert cfg.partitions[1].options == {"PriorityJobFactor": 2}
     assert cfg.os == "debian12"
@@ -49,7 +53,7 @@ def test_elastic_nodes_follow_the_static_ones():
     assert pool.static_names() == ["gpu-001", "gpu-002"]
     assert pool.elastic_names() == ["gpu-003", "gpu-004", "gpu-005"]
     assert cfg.elastic_node_names() == ["gpu-003", "gpu-004", "gpu-005"]
-    assert cfg.compute_node_names()[-1] == "gpu-005"
+    assert node_names(cfg)[-1] == "gpu-005"
 
 
 def test_power_saving_defaults_follow_the_provider():
@@ -230,7 +234,7 @@ def test_load_stack_file(tmp_path):
             - {name: a100, count: 1, gpuType: a100, gpuCount: 4}
     """))
     cfg = load_stack_file(path)
-    assert (cfg.cluster_name, cfg.compute_node_names()) == ("lab", ["a100-001"])
+    assert (cfg.cluster_name, node_names(cfg)) == ("lab", ["a100-001"])
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

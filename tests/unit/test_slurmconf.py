@@ -9,7 +9,6 @@ from infra.slurmconf import (
     gpu_device_files,
     grouped_lines,
     partition_lines,
-    render_conf,
     settings_lines,
     slurm_value,
 )
@@ -78,13 +77,6 @@ def test_partition_without_nodes_is_refused():
                                                (16, "/dev/nvidia[0-15]")])
 def test_gpu_device_files(count, files):
     assert gpu_device_files(count) == files
-
-
-def test_render_conf_orders_settings_nodes_partitions():
-    text = render_conf({"ClusterName": "c"}, [{"NodeName": "n1", "CPUs": 2}],
-                       [{"PartitionName": "p", "Nodes": ["n1"]}])
-    assert text == ("ClusterName=c\n\n# Nodes\nNodeName=n1 CPUs=2\n\n# Partitions\n"
-                    "PartitionName=p Nodes=n1\n")
 
 
 def test_bad_settings_name_the_key():

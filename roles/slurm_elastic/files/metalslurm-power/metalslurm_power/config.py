@@ -58,9 +58,6 @@ class PowerConfig:
         params = self.nodes.get(node)
         return None if params is None else str(params["driver"])
 
-    def credentials_for(self, node: str) -> dict[str, str]:
-        return dict(self.credentials.get(node) or self.credentials.get("default") or {})
-
 
 def _parse_text(text: str) -> Any:
     if text.lstrip().startswith("{"):
