@@ -48,7 +48,7 @@ e2e: deps
 test: lint unit e2e
 
 bench: deps
-	$(BIN)/python bench/bench_up.py
+	$(BIN)/python -m bench.bench_up
 
 clean:
 	rm -rf $(VENV) .metalslurm

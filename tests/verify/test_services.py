@@ -1,7 +1,8 @@
-"""Each host runs the daemons the playbook gives it, and only those.
+"""Each host runs the daemons the playbook gives it, and only those, and starts them at boot.
 
 What runs where comes from ansible/site.yml itself (each play's hosts and its roles'
-conditions, evaluated on this inventory by infra/playbook.py), not from a copy here.
+conditions, evaluated on this inventory by infra/playbook.py), not from a copy here. One
+systemctl call per host reads every daemon the playbook can put anywhere.
 """
 
 import pytest
@@ -9,14 +10,25 @@ import pytest
 from infra.playbook import all_services
 
 
-@pytest.mark.parametrize("service", all_services())
-def test_service_runs_exactly_where_the_playbook_puts_it(host, host_name, cluster, service):
-    expected = cluster.services_of(host_name)
-    svc = host.service(service)
-    if service in expected:
-        assert svc.is_running, f"{service} is not running on {host_name} " \
-                               f"({sorted(cluster.groups_of(host_name))})"
-        assert svc.is_enabled, f"{service} is not enabled on {host_name}"
-    else:
-        assert not svc.is_running, f"{service} runs on {host_name}, where the playbook puts " \
-                                   f"only {sorted(expected)}"
+@pytest.fixture
+def unit_states(host) -> dict[str, dict[str, str]]:
+    """``{service: {ActiveState, UnitFileState}}`` for every daemon the playbook knows."""
+    units = " ".join(f"{s}.service" for s in all_services())
+    out = host.check_output(f"systemctl show --property=Id,ActiveState,UnitFileState {units}")
+    states = {}
+    for block in out.strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[fields["Id"].removesuffix(".service")] = fields
+    return states
+
+
+def test_the_daemons_running_are_exactly_the_playbooks(host_name, cluster, unit_states):
+    running = sorted(s for s, f in unit_states.items() if f["ActiveState"] == "active")
+    assert running == cluster.services_of(host_name), \
+        f"{host_name} ({sorted(cluster.groups_of(host_name))})"
+
+
+def test_the_playbooks_daemons_start_at_boot(host_name, cluster, unit_states):
+    not_enabled = [s for s in cluster.services_of(host_name)
+                   if unit_states[s]["UnitFileState"] != "enabled"]
+    assert not_enabled == [], f"{host_name}: not enabled: {not_enabled}"
