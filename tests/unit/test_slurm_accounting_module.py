@@ -76,8 +76,9 @@ def run_module(repo, tmp_path, slurm):
                 "_ansible_check_mode": check, **extra}
         path = tmp_path / "args.json"
         path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        env = {**slurm.env, "PYTHONPATH": str(repo / "roles/slurm_accounting/module_utils")}
         proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True,
-                              text=True, check=False, env=slurm.env)
+                              text=True, check=False, env=env)
         assert proc.stdout, proc.stderr
         return json.loads(proc.stdout)
     return run

@@ -121,18 +121,15 @@ blocked:
   type: list
 """
 
-import os
 import shlex
-import sys
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 try:  # as Ansible runs it: the role's module_utils directory is shipped with the module
     from ansible.module_utils import slurm_accounting_plan as planner
-except ImportError:  # run straight from the repository (tests/unit/test_slurm_accounting_module.py)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                    "module_utils"))
+except ImportError:  # run straight from the repository by the unit tests, which put the
+    # role's module_utils directory on PYTHONPATH
     import slurm_accounting_plan as planner
 
 ARGUMENT_SPEC: dict[str, Any] = {
