@@ -30,7 +30,14 @@ from typing import Any
 
 from infra.config import ClusterConfig
 from infra.inventory import NodeSpec, build_inventory, cluster_vars
-from infra.providers.podman import PodmanError, containers, networks, podman, podman_path
+from infra.providers.podman import (
+    PodmanError,
+    containers,
+    networks,
+    podman,
+    podman_path,
+    remove_containers,
+)
 from infra.state import StateDir
 
 SLURM_GID = 64030  # the slurm group on every node (roles/common)
@@ -327,7 +334,7 @@ class LocalCluster:
             # Its bind-mounted files are gone or stale (state directory removed, GPU
             # count changed): a node container is cheap, make it again.
             self.log(f"recreating {name}: its node files changed")
-            podman("rm", "-f", "-t", "2", name, timeout=180)
+            remove_containers([name])
         node_dir.mkdir(parents=True, exist_ok=True)
         (node_dir / "node.env").write_text(node_env)
         (node_dir / "authorized_keys").write_text(public_key)
@@ -451,7 +458,7 @@ class LocalCluster:
                  if c.get("Labels", {}).get("metalslurm.node") not in wanted]
         if stale:
             self.log(f"removing nodes no longer in the config: {', '.join(stale)}")
-            podman("rm", "-f", "-t", "2", *stale, timeout=180)
+            remove_containers(stale)
         return stale
 
     def wait_for_ssh(self, spec: NodeSpec) -> str:
@@ -513,7 +520,7 @@ class LocalCluster:
         found = containers([f"{LABEL}={self.plan.cluster_name}"])
         names = [c["Names"][0] for c in found]
         if names:
-            podman("rm", "-f", "-t", "2", *names, timeout=180)
+            remove_containers(names)
         self.stop_podman_service()
         if podman("network", "exists", self.network_name, check=False).returncode == 0:
             podman("network", "rm", "-f", self.network_name)

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from infra.providers.local import LocalCluster, LocalPlan, LocalProviderError, spec_from_json
-from infra.providers.podman import PodmanError, podman
+from infra.providers.podman import PodmanError, remove_containers
 from infra.state import StateDir
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
         cluster.create_node(spec, args.image)
         print(cluster.wait_for_ssh(spec))  # its known_hosts line
     elif args.step == "remove-node":
-        podman("rm", "-f", "-t", "2", "--ignore", cluster.container(args.name), timeout=180)
+        remove_containers([cluster.container(args.name)])
     elif args.step == "known-hosts":
         lines = [ln for ln in os.environ.get("METALSLURM_KNOWN_HOSTS", "").splitlines() if ln]
         cluster.state.known_hosts.parent.mkdir(parents=True, exist_ok=True)

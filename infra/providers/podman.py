@@ -55,6 +55,27 @@ def containers(label_filters: Sequence[str]) -> list[dict[str, Any]]:
     return result
 
 
+def remove_containers(names: Sequence[str], attempts: int = 3) -> None:
+    """Remove containers (stopping them first), whatever state they are in.
+
+    ``podman rm -f`` can lose a race with a container that stops by itself between its
+    SIGTERM timeout and its SIGKILL ("container state improper: stopped") and leave that
+    container behind; it is removed on the next attempt. Raises PodmanError naming the
+    containers still there after the last attempt.
+    """
+    left = list(names)
+    error = ""
+    for _ in range(attempts):
+        if not left:
+            return
+        proc = podman("rm", "-f", "-t", "2", "--ignore", *left, check=False, timeout=180)
+        error = proc.stderr.strip()
+        left = [n for n in left
+                if podman("container", "exists", n, check=False).returncode == 0]
+    if left:
+        raise PodmanError(f"could not remove container(s) {', '.join(left)}: {error}")
+
+
 def networks() -> list[dict[str, Any]]:
     result: list[dict[str, Any]] = podman_json("network", "ls", "--format", "json")
     return result
