@@ -141,6 +141,17 @@ class Collector:
             if name not in allowed:
                 self.problem(f"{where}.{name}", f"unknown key; allowed keys: {', '.join(allowed)}")
 
+    def provider_section(self, raw: Mapping[str, Any], name: str,
+                         provider: str | None) -> Mapping[str, Any] | None:
+        """The section ``metalslurm:<name>`` of provider ``name``: None when another provider
+        is configured (a problem if the section is there anyway), else the mapping."""
+        if provider != name:
+            if raw.get(name) is not None:
+                self.problem(key(name), f"is only read when {key('provider')} is {name} (it "
+                             f"is {provider!r})")
+            return None
+        return self.mapping(raw, name, key(name))
+
     def secret_present(self, raw: Mapping[str, Any], name: str) -> bool:
         """A secret key is present as ``{secure: ...}`` (opaque here); plain text is refused."""
         if raw.get(name) is None:

@@ -216,11 +216,9 @@ def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
               secrets: Mapping[str, bool]) -> tuple[ByoSettings | None, dict[str, tuple[str, ...]]]:
     """``metalslurm:byo``; returns the settings and each pool's host names."""
     where = key("byo")
-    if provider != "byo":
-        if raw.get("byo") is not None:
-            c.problem(where, f"is only read when {key('provider')} is byo (it is {provider!r})")
+    item = c.provider_section(raw, "byo", provider)
+    if item is None:
         return None, {}
-    item = c.mapping(raw, "byo", where)
     if not item:
         c.problem(where, "is required when the provider is byo: list the hosts")
         return None, {}

@@ -144,11 +144,9 @@ def parse_oci(c: Collector, raw: Mapping[str, Any], provider: str | None,
               secrets: Mapping[str, bool]) -> tuple[OciSettings | None, dict[str, str]]:
     """``metalslurm:oci``; returns the settings and each pool's shape."""
     where = key("oci")
-    if provider != "oci":
-        if raw.get("oci") is not None:
-            c.problem(where, f"is only read when {key('provider')} is oci (it is {provider!r})")
+    item = c.provider_section(raw, "oci", provider)
+    if item is None:
         return None, {}
-    item = c.mapping(raw, "oci", where)
     c.unknown_keys(item, _OCI_KEYS, where)
     if not secrets.get("sshPrivateKey", False):
         c.problem(key("sshPrivateKey"), "is required for provider oci (the private half of "

@@ -6,23 +6,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 CLUSTER = "metalslurm"
-QOS = [
-    {"name": "team-gpu", "description": "720 GPU-hours a month", "priority": 10,
-     "limits": {"GrpTRESMins": "gres/gpu=43200", "MaxTRESPerUser": "cpu=16",
-                "MaxWall": "2880", "Flags": "DenyOnLimit,NoDecay"}},
-    {"name": "scavenger", "limits": {"PreemptMode": "requeue"}},
-    {"name": "urgent", "priority": 100, "preempt": ["scavenger"],
-     "limits": {"GraceTime": 300, "MaxTRESPerJob": "gres/gpu=16,mem=512G"}},
-]
-ACCOUNTS = [
-    {"name": "team-a", "description": "Team A", "fairshare": 10,
-     "qos": ["normal", "team-gpu"], "default_qos": "team-gpu", "users": ["alice", "carol"]},
-    {"name": "team-b", "users": ["bob", "alice"], "qos": ["normal", "scavenger", "urgent"]},
-]
+ARGS = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures/slurm/accounting-args.yml")
+                     .read_text())
+QOS = ARGS["qos"]
+ACCOUNTS = ARGS["accounts"]
 
 
 @pytest.fixture

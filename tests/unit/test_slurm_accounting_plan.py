@@ -9,23 +9,17 @@ module converged QOS_ARGS/ACCOUNT_ARGS, HAND_MADE after an operator then ran
 ``sacctmgr add user dave Account=lab-x Cluster=metalslurm`` and ``sacctmgr add qos handmade``.
 """
 
+from pathlib import Path
+
 import pytest
 import slurm_accounting_plan as planner
+import yaml
 
 CLUSTER = "metalslurm"
-QOS_ARGS = [
-    {"name": "team-gpu", "description": "720 GPU-hours a month", "priority": 10,
-     "limits": {"GrpTRESMins": "gres/gpu=43200", "MaxTRESPerUser": "cpu=16",
-                "MaxWall": "2880", "Flags": "DenyOnLimit,NoDecay"}},
-    {"name": "scavenger", "limits": {"PreemptMode": "requeue"}},
-    {"name": "urgent", "priority": 100, "preempt": ["scavenger"],
-     "limits": {"GraceTime": 300, "MaxTRESPerJob": "gres/gpu=16,mem=512G"}},
-]
-ACCOUNT_ARGS = [
-    {"name": "team-a", "description": "Team A", "fairshare": 10,
-     "qos": ["normal", "team-gpu"], "default_qos": "team-gpu", "users": ["alice", "carol"]},
-    {"name": "team-b", "users": ["bob", "alice"], "qos": ["normal", "scavenger", "urgent"]},
-]
+ARGS = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures/slurm/accounting-args.yml")
+                     .read_text())
+QOS_ARGS = ARGS["qos"]
+ACCOUNT_ARGS = ARGS["accounts"]
 
 # The `show` arguments the lines were recorded with; a planner asking for other fields needs
 # the lines recorded again.
