@@ -1,8 +1,9 @@
 """'local up' of the default stack from nothing (node image cached), then converged re-runs
 of configure, each measured in the same run, so machine noise hits them alike.
 
-The stack is bench/Pulumi.bench.yaml: the default local stack (1 controller, 2 static and
-2 elastic 8 x H100 nodes, accounting) on its own network. The cold 'up' is provision,
+The stack is the default one, Pulumi.local.yaml (1 controller, 2 static and 2 elastic
+8 x H100 nodes, accounting), under its own name and network so it never meets a
+developer's 'make up' cluster. The cold 'up' is provision,
 configure (elastic nodes powered up for their first configure, then powered down) and
 verify. The re-runs start, like a second 'make up', with the elastic nodes powered down.
 
@@ -19,6 +20,7 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from ipaddress import IPv4Network
 from pathlib import Path
 
 from infra.cli import local_up
@@ -28,6 +30,8 @@ from infra.providers.local import LocalCluster, LocalPlan
 from infra.state import StateDir
 
 REPO = Path(__file__).resolve().parents[1]
+BENCH_NAME = "ms-bench"
+BENCH_NETWORK = IPv4Network("10.78.20.0/24")
 COLD_UP_TARGET_S = 300.0
 RERUN_TARGET_S = 25.0
 RERUN_TARGET_FRACTION = 0.30
@@ -43,13 +47,14 @@ def wait_until_elastic_nodes_are_down(cluster: LocalCluster, timeout: float = 30
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", type=Path, default=REPO / "bench" / "Pulumi.bench.yaml")
+    parser.add_argument("--stack", type=Path, default=REPO / "Pulumi.local.yaml")
     parser.add_argument("--os", choices=["debian12", "debian13"])
     parser.add_argument("--reruns", type=int, default=3)
     parser.add_argument("--strategy", help="Ansible strategy, e.g. mitogen_linear "
                         "(needs 'pip install mitogen'); default: linear")
     args = parser.parse_args()
-    cfg = load_stack_file(args.stack)
+    cfg = replace(load_stack_file(args.stack), cluster_name=BENCH_NAME,
+                  private_cidr=BENCH_NETWORK)
     if args.os:
         cfg = replace(cfg, os=args.os)
     quiet = lambda _line: None  # noqa: E731

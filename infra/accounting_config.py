@@ -37,11 +37,16 @@ QOS_FACTOR_FIELDS = ("UsageFactor", "UsageThreshold")
 QOS_FLAGS = ("DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS",
              "PartitionMaxNodes", "PartitionMinNodes", "PartitionTimeLimit", "Relative",
              "RequiresReservation", "UsageFactorSafe")
-QOS_PREEMPT_MODES = ("cluster", "cancel", "requeue", "off")
+QOS_PREEMPT_MODES = ("cluster", "off", "cancel", "requeue", "suspend", "gang", "within")
 QOS_LIMIT_FIELDS = tuple(sorted(QOS_TRES_FIELDS + QOS_COUNT_FIELDS + QOS_TIME_FIELDS
                                 + QOS_FACTOR_FIELDS + ("Flags", "Preempt", "PreemptMode")))
 # One TRES limit: cpu=64, mem=512G, node=4, gres/gpu=43200, gres/gpu:h100=8, license/x=2.
-_TRES_ITEM_RE = re.compile(r"(?P<name>[a-z]+(/[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?)?)"
+# The names and preempt modes are the ones the slurm_accounting module takes
+# (roles/slurm_accounting/module_utils/slurm_accounting_plan.py: TRES_BASE, TRES_TYPED_RE,
+# PREEMPT_MODES); tests/unit/test_accounting_config.py keeps them equal.
+TRES_BASE = frozenset({"cpu", "mem", "energy", "node", "billing", "fs/disk", "vmem", "pages"})
+TRES_TYPED_RE = re.compile(r"^(gres|license|bb|fs|ic)/[A-Za-z0-9_.:-]+$")
+_TRES_ITEM_RE = re.compile(r"(?P<name>[A-Za-z/][A-Za-z0-9_.:/-]*)"
                            r"=(?P<value>-?\d+)(?P<unit>[KMGTP]?)")
 
 
@@ -84,13 +89,17 @@ class AccountingSettings:
 def _check_tres_limit(c: Collector, where: str, value: str) -> None:
     for part in value.split(","):
         m = _TRES_ITEM_RE.fullmatch(part)
+        name = m["name"].lower() if m else ""
         if m is None:
             c.problem(where, f"{part!r} is not a TRES limit such as gres/gpu=43200, cpu=64 or "
                       "mem=512G")
+        elif name not in TRES_BASE and not TRES_TYPED_RE.match(name):
+            c.problem(where, f"{m['name']!r} is not a TRES name (cpu, mem, node, billing, "
+                      "gres/gpu, gres/gpu:h100, license/NAME, ...)")
         elif int(m["value"]) < 0:
             c.problem(where, f"{part!r} is negative: give a whole number of 0 or more (leave "
                       "the field out for no limit)")
-        elif m["unit"] and m["name"] != "mem":
+        elif m["unit"] and name != "mem":
             c.problem(where, f"{part!r}: only mem takes a unit (K, M, G, T, P)")
 
 

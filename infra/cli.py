@@ -181,13 +181,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
+    from infra.providers.byo_config import OS_RELEASES
+    from infra.slurm_versions import distro_slurm
+
     cfg = load_stack_file(args.stack_file)
+    slurm = distro_slurm(*OS_RELEASES[cfg.os]).slurm.release
     pools = ", ".join(
         f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
         f"{p.gpu_count or 'no'} {p.gpu_type or ''} GPUs".replace("  ", " ")
         for p in cfg.compute_pools)
     say(f"{args.stack_file}: valid. cluster {cfg.cluster_name}, provider {cfg.provider}, "
-        f"os {cfg.os}, network {cfg.private_cidr}, controller {cfg.controller_name}, "
+        f"os {cfg.os} (Slurm {slurm}), network {cfg.private_cidr}, "
+        f"controller {cfg.controller_name}, "
         f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")
     return 0
 

@@ -39,7 +39,7 @@ from infra.schema import (
     ConfigError,
     key,
 )
-from infra.slurmconf import SlurmConfError, slurm_time_seconds, slurm_value
+from infra.slurmconf import SlurmConfError, shorter_time, slurm_time_seconds, slurm_value
 
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
@@ -64,7 +64,9 @@ PROVIDER_SUSPEND_TIMEOUT = {"local": 30, "byo": 300, "oci": 300}
 # First host addresses kept free in the private subnet (gateway and friends).
 RESERVED_HOST_ADDRESSES = 9
 # The time limit of a job submitted without --time to a partition whose defaultTime is
-# not given (capped at the partition's maxTime).
+# not given (capped at the partition's maxTime). The controller role's
+# slurm_controller_default_time is the same for hand-written inventories (a unit test
+# keeps them equal).
 DEFAULT_JOB_TIME = "1-00:00:00"
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
@@ -341,9 +343,10 @@ def _check_options(c: Collector, options: Mapping[str, Any], where: str,
     for name, value in options.items():
         if not isinstance(name, str) or not name.isidentifier():
             c.problem(where, f"{name!r} is not a Slurm setting name")
-        elif managed and name in managed:
-            c.problem(f"{where}.{name}", f"is written from the partition's own "
-                      f"{managed[name]!r}; set that instead")
+        elif managed and name.lower() in {m.lower() for m in managed}:
+            own = next(v for m, v in managed.items() if m.lower() == name.lower())
+            c.problem(f"{where}.{name}", f"is written from the partition's own {own!r}; set "
+                      "that instead")
         elif value is not None:
             try:
                 slurm_value(value)
@@ -352,20 +355,22 @@ def _check_options(c: Collector, options: Mapping[str, Any], where: str,
 
 
 def _parse_partition(c: Collector, pkey: str, item: Mapping[str, Any],
-                     pool_names: set[str]) -> Partition | None:
+                     pool_names: set[str], budgets: list[str]) -> Partition | None:
     name = c.string(item, "name", f"{pkey}.name", pattern=PARTITION_NAME_RE,
                     what="lower-case letters, digits, '-' and '_', starting with a letter")
     default = c.boolean(item, "default", f"{pkey}.default", False)
     max_time, max_seconds = _time(c, item, "maxTime", f"{pkey}.maxTime", "UNLIMITED")
-    fallback = DEFAULT_JOB_TIME
-    if max_seconds is not None and max_seconds < (slurm_time_seconds(DEFAULT_JOB_TIME) or 0):
-        fallback = max_time or DEFAULT_JOB_TIME
+    fallback = shorter_time(DEFAULT_JOB_TIME, max_time or "UNLIMITED")
     default_time, default_seconds = _time(c, item, "defaultTime", f"{pkey}.defaultTime",
                                           fallback)
     if default_time is not None and max_time is not None and max_seconds is not None and (
             default_seconds is None or default_seconds > max_seconds):
         c.problem(f"{pkey}.defaultTime", f"{default_time} is longer than maxTime {max_time}: a "
                   "job that gives no --time would get more than the partition allows")
+    elif default_time in ("UNLIMITED", "INFINITE") and budgets:
+        c.problem(f"{pkey}.defaultTime", f"is {default_time} but QOS {', '.join(budgets)} limit "
+                  "TRES-minutes: a job submitted without --time would be held forever; give a "
+                  "time such as 1-00:00:00")
     options = c.mapping(item, "options", f"{pkey}.options")
     _check_options(c, options, f"{pkey}.options", _PARTITION_MANAGED)
     raw_pools = item.get("pools", [])
@@ -381,13 +386,13 @@ def _parse_partition(c: Collector, pkey: str, item: Mapping[str, Any],
     return Partition(name, tuple(raw_pools), default, max_time, default_time, dict(options))
 
 
-def _parse_partitions(c: Collector, raw: Mapping[str, Any],
-                      pools: list[ComputePool]) -> list[Partition]:
+def _parse_partitions(c: Collector, raw: Mapping[str, Any], pools: list[ComputePool],
+                      budgets: list[str]) -> list[Partition]:
     where = key("partitions")
     pool_names = {p.name for p in pools}
     parts = [p for pkey, item in c.mappings(raw.get("partitions"), where, _PARTITION_KEYS,
                                             "partitions, each with a name")
-             if (p := _parse_partition(c, pkey, item, pool_names)) is not None]
+             if (p := _parse_partition(c, pkey, item, pool_names, budgets)) is not None]
     c.duplicates(where, [p.name for p in parts], "partition name")
     defaults = [p.name for p in parts if p.default]
     if len(defaults) > 1:
@@ -479,19 +484,11 @@ def _parse_users(c: Collector, raw: Mapping[str, Any]) -> list[UnixUser]:
     return users
 
 
-def _check_time_budgets(c: Collector, partitions: list[Partition],
-                        accounting: AccountingSettings) -> None:
-    """A partition whose jobs may run without a time limit cannot serve GPU-minute budgets:
-    Slurm ('safe' enforcement) holds such a job forever."""
-    budgets = [q.name for q in accounting.qos
-               if any(f.endswith("TRESMins") or f == "MaxTRESMinsPerJob" for f in q.limits)]
-    if not budgets:
-        return
-    for i, part in enumerate(partitions):
-        if part.default_time in ("UNLIMITED", "INFINITE"):
-            c.problem(f"{key('partitions')}[{i}].defaultTime", f"is {part.default_time} but "
-                      f"QOS {', '.join(budgets)} limit TRES-minutes: a job submitted without "
-                      "--time would be held forever; give a time such as 1-00:00:00")
+def _time_budgets(accounting: AccountingSettings) -> list[str]:
+    """The QOS that limit TRES-minutes: 'safe' enforcement holds forever a job whose time
+    limit is unbounded under them."""
+    return [q.name for q in accounting.qos if any("TRESMins" in f or "TRESRunMins" in f
+                                                  for f in q.limits)]
 
 
 def _check_node_names(c: Collector, pools: list[ComputePool], controller: str | None,
@@ -546,13 +543,12 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
                                what="a host name: lower-case letters, digits and '-'")
 
     pools = _parse_pools(c, raw)
-    partitions = _parse_partitions(c, raw, pools)
+    accounting = parse_accounting(c, raw)
+    partitions = _parse_partitions(c, raw, pools, _time_budgets(accounting))
     slurm_conf = c.mapping(raw, "slurmConf", key("slurmConf"))
     _check_options(c, slurm_conf, key("slurmConf"))
     elastic = _parse_elastic(c, raw, provider, pools)
     storage = _parse_storage(c, raw)
-    accounting = parse_accounting(c, raw)
-    _check_time_budgets(c, partitions, accounting)
     users = _parse_users(c, raw)
     configure = c.boolean(raw, "configure", key("configure"), False)
     secrets = {k: c.secret_present(raw, k) for k in SECRET_KEYS}

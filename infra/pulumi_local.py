@@ -9,6 +9,7 @@ and the known_hosts file. Deleting the network command removes whatever is left.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from collections.abc import Callable
@@ -46,17 +47,22 @@ def local_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Mac
                                   dir=str(args.repo_root), environment=env,
                                   triggers=[cfg.os, cfg.local.image_source], opts=opts())
     network = command.local.Command(
-        f"{name}-network", create=step("network"), delete=step("destroy"),
+        f"{name}-network", create=step("network"),
+        delete=step("destroy", "--cluster", cfg.cluster_name),
         dir=str(args.repo_root), environment=env,
         triggers=[str(cfg.private_cidr), cfg.cluster_name], opts=opts())
     nodes = []
     for spec in specs:
-        spec_json = spec_to_json(spec)
+        # Replaced when what the container is made from changes (not, say, the host's
+        # memory that an elastic node's inventory entry carries).
+        trigger = json.dumps({"name": spec.name, "address": spec.address,
+                              "groups": list(spec.groups), "gpus": spec.gpu_count,
+                              "state": spec.node_state}, sort_keys=True)
         nodes.append(command.local.Command(
             f"{name}-node-{spec.name}",
-            create=image.stdout.apply(partial(_node_step, step, spec_json)),
-            delete=step("remove-node", spec.name),
-            dir=str(args.repo_root), environment=env, triggers=[spec_json],
+            create=image.stdout.apply(partial(_node_step, step, spec_to_json(spec))),
+            delete=step("remove-node", "--cluster", cfg.cluster_name, spec.name),
+            dir=str(args.repo_root), environment=env, triggers=[trigger],
             opts=opts(network)))
     known_hosts = command.local.Command(
         f"{name}-known-hosts", create=step("known-hosts"), dir=str(args.repo_root),

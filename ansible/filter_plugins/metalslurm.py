@@ -108,8 +108,8 @@ def gres_records(hosts: list[str], hostvars: Any) -> list[dict]:
     return records
 
 
-def partition_records(partitions: list[dict], options: dict | None = None,
-                      default_time: str = "1-00:00:00") -> list[dict]:
+def partition_records(partitions: list[dict], options: dict | None,
+                      default_time: str) -> list[dict]:
     """PartitionName records from the inventory's metalslurm_partitions list.
 
     A partition without ``default_time`` (a hand-written inventory) gets ``default_time``,

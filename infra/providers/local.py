@@ -386,16 +386,6 @@ class LocalCluster:
         os.chown(sock, 0, SLURM_GID)
         sock.chmod(0o660)
 
-    def stop_podman_service(self) -> None:
-        pid_file = self.state.root / "podman-service.pid"
-        try:
-            pid = int(pid_file.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            return
-        sock_dir = str(self.state.podman_socket_dir.resolve()).encode()
-        if b"service" in cmdline and sock_dir in b" ".join(cmdline):
-            os.kill(pid, signal.SIGTERM)
 
     def _configured_marker(self, node: str) -> Path:
         return self.state.node_dir(node) / "configured"
@@ -517,15 +507,7 @@ class LocalCluster:
 
     def destroy(self) -> int:
         """Remove every container and the network of this cluster, and its state dir."""
-        found = containers([f"{LABEL}={self.plan.cluster_name}"])
-        names = [c["Names"][0] for c in found]
-        if names:
-            remove_containers(names)
-        self.stop_podman_service()
-        if podman("network", "exists", self.network_name, check=False).returncode == 0:
-            podman("network", "rm", "-f", self.network_name)
-        self.state.remove()
-        return len(names)
+        return destroy_cluster(self.plan.cluster_name, self.state)
 
     def status(self) -> list[dict[str, str]]:
         rows = []
@@ -563,3 +545,33 @@ def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
     header = (f"# Written by 'metalslurm local up' for cluster {cfg.cluster_name}.\n"
               "# Regenerated on every 'up'; edit the stack config instead.\n")
     return cluster.state.write_inventory(build_inventory(specs, all_vars), header)
+
+
+def stop_podman_service(state: StateDir) -> None:
+    """Stop the ``podman system service`` a local cluster started (its PID is in the state
+    directory; a PID that is now another process is left alone)."""
+    pid_file = state.root / "podman-service.pid"
+    try:
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return
+    sock_dir = str(state.podman_socket_dir.resolve()).encode()
+    if b"service" in cmdline and sock_dir in b" ".join(cmdline):
+        os.kill(pid, signal.SIGTERM)
+
+
+def destroy_cluster(cluster_name: str, state: StateDir) -> int:
+    """Remove every container and the network of a local cluster, and its state directory.
+
+    Needs only the cluster's name, so it works for any cluster whatever its config became
+    (the Pulumi stack's delete step runs it with the name alone)."""
+    names = [c["Names"][0] for c in containers([f"{LABEL}={cluster_name}"])]
+    if names:
+        remove_containers(names)
+    stop_podman_service(state)
+    network = network_name(cluster_name)
+    if podman("network", "exists", network, check=False).returncode == 0:
+        podman("network", "rm", "-f", network)
+    state.remove()
+    return len(names)

@@ -10,9 +10,9 @@ cluster's secrets are not made here: the Pulumi program's configure step writes 
     python -m infra.providers.local_resources --state-dir DIR image
     python -m infra.providers.local_resources --state-dir DIR network
     python -m infra.providers.local_resources --state-dir DIR node --spec JSON --image IMAGE
-    python -m infra.providers.local_resources --state-dir DIR remove-node NAME
+    python -m infra.providers.local_resources --state-dir DIR remove-node --cluster NAME NODE
     python -m infra.providers.local_resources --state-dir DIR known-hosts
-    python -m infra.providers.local_resources --state-dir DIR destroy
+    python -m infra.providers.local_resources --state-dir DIR destroy --cluster NAME
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ import os
 import sys
 from pathlib import Path
 
-from infra.providers.local import LocalCluster, LocalPlan, LocalProviderError, spec_from_json
+from infra.providers.local import (
+    LocalCluster,
+    LocalPlan,
+    LocalProviderError,
+    container_name,
+    destroy_cluster,
+    spec_from_json,
+)
 from infra.providers.podman import PodmanError, remove_containers
 from infra.state import StateDir
 
@@ -40,6 +47,13 @@ def cluster_from_env(state_dir: Path) -> LocalCluster:
 
 
 def run(args: argparse.Namespace) -> None:
+    # Deleting needs only names: it works whatever the plan of a stack's past update held.
+    if args.step == "remove-node":
+        remove_containers([container_name(args.cluster, args.name)])
+        return
+    if args.step == "destroy":
+        destroy_cluster(args.cluster, StateDir(args.state_dir))
+        return
     cluster = cluster_from_env(args.state_dir)
     if args.step == "image":
         from infra.providers.images import ensure_image
@@ -57,14 +71,10 @@ def run(args: argparse.Namespace) -> None:
         spec = spec_from_json(args.spec)
         cluster.create_node(spec, args.image)
         print(cluster.wait_for_ssh(spec))  # its known_hosts line
-    elif args.step == "remove-node":
-        remove_containers([cluster.container(args.name)])
     elif args.step == "known-hosts":
         lines = [ln for ln in os.environ.get("METALSLURM_KNOWN_HOSTS", "").splitlines() if ln]
         cluster.state.known_hosts.parent.mkdir(parents=True, exist_ok=True)
         cluster.state.known_hosts.write_text("\n".join(sorted(lines)) + "\n")
-    elif args.step == "destroy":
-        cluster.destroy()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,9 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--spec", required=True, help="the node's spec as JSON")
     node.add_argument("--image", required=True)
     rm = sub.add_parser("remove-node", help="remove one node's container")
+    rm.add_argument("--cluster", required=True)
     rm.add_argument("name")
     sub.add_parser("known-hosts", help="write known_hosts from METALSLURM_KNOWN_HOSTS")
-    sub.add_parser("destroy", help="remove every node, the network and the state directory")
+    destroy = sub.add_parser("destroy", help="remove every node, the network and the state "
+                             "directory")
+    destroy.add_argument("--cluster", required=True)
     return parser
 
 

@@ -13,6 +13,15 @@ def test_config_validate_accepts_the_shipped_stacks(capsys):
         assert ": valid. cluster " in capsys.readouterr().out
 
 
+def test_config_validate_names_the_slurm_release_of_the_os(capsys):
+    releases = {"Pulumi.local.yaml": "os debian13 (Slurm 24.11)",
+                "Pulumi.example-byo.yaml": "os debian12 (Slurm 22.05)",
+                "Pulumi.example-oci.yaml": "os ubuntu24.04 (Slurm 23.11)"}
+    for stack, release in releases.items():
+        assert main(["config", "validate", str(REPO / stack)]) == 0
+        assert release in capsys.readouterr().out
+
+
 def test_config_validate_lists_every_problem(tmp_path, capsys):
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  metalslurm:os: centos7\n  metalslurm:privateCidr: 10.0.0.0/33\n")

@@ -1,7 +1,15 @@
 """The Ansible filters that feed slurm.conf and gres.conf from inventory vars and facts."""
 
+from pathlib import Path
+
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
+
+from infra.config import DEFAULT_JOB_TIME
+
+ROLE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles/slurm_controller/defaults/main.yml"
+ROLE_DEFAULT_TIME = yaml.safe_load(ROLE_DEFAULTS.read_text())["slurm_controller_default_time"]
 
 FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
          "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
@@ -43,7 +51,8 @@ def test_gres_records_only_for_gpu_nodes(filters):
 def test_partition_records_layer_defaults_and_options(filters):
     parts = [{"name": "train", "nodes": ["g1", "g2"], "default": True, "max_time": "7-00:00:00",
               "options": {"PriorityJobFactor": 2}}]
-    records = filters.partition_records(parts, {"OverSubscribe": "NO", "PriorityJobFactor": 1})
+    records = filters.partition_records(parts, {"OverSubscribe": "NO", "PriorityJobFactor": 1},
+                                        ROLE_DEFAULT_TIME)
     assert records == [{"PartitionName": "train", "Nodes": ["g1", "g2"], "Default": True,
                         "MaxTime": "7-00:00:00", "DefaultTime": "1-00:00:00", "State": "UP",
                         "OverSubscribe": "NO", "PriorityJobFactor": 2}]
@@ -58,8 +67,17 @@ def test_partition_records_layer_defaults_and_options(filters):
 def test_a_partition_from_a_hand_written_inventory_gets_a_default_time(filters, partition,
                                                                         default_time):
     """Jobs without --time must get a bounded limit for GPU-minute budgets to admit them."""
-    [record] = filters.partition_records([{"name": "p", "nodes": ["g1"], **partition}])
+    [record] = filters.partition_records([{"name": "p", "nodes": ["g1"], **partition}], {},
+                                         ROLE_DEFAULT_TIME)
     assert record["DefaultTime"] == default_time
+
+
+def test_the_roles_default_time_is_the_stack_configs():
+    """A hand-written inventory's partitions get the same DefaultTime as a parsed stack's."""
+    assert ROLE_DEFAULT_TIME == DEFAULT_JOB_TIME
+
+
+def test_identical_records_share_one_line(filters):
     assert filters.slurm_records(
         [{"NodeName": "g1", "Gres": "gpu:a:1"}, {"NodeName": "g2", "Gres": "gpu:a:1"}],
         "NodeName") == ["NodeName=g[1-2] Gres=gpu:a:1"]

@@ -5,8 +5,6 @@ an external accounting database)."""
 import re
 from pathlib import Path
 
-import pytest
-
 from infra.playbook import ROLE_SERVICES, expected_services, play_roles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +35,28 @@ def test_an_external_accounting_database_runs_no_mariadb_here():
 def test_every_role_of_the_playbook_is_read():
     roles = {pr.role for pr in play_roles()}
     assert {"cluster_validate", "common", "munge", "nfs_server", "nfs_client", "slurmdbd",
+            "slurm_common",
             "slurm_elastic", "slurm_controller", "slurm_accounting", "slurm_compute"} == roles
 
 
-@pytest.mark.parametrize(("role", "service"), [(r, s) for r, services in ROLE_SERVICES.items()
-                                                for s, _c in services])
-def test_each_service_in_the_map_is_one_its_role_keeps_running(role, service):
-    tasks = "\n".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("*.yml"))
-    started = re.findall(r"name: ([\w.-]+)\n\s+state: (?:started|\"\{\{)", tasks)
-    assert service in started, f"roles/{role}/tasks start {started}, not {service}"
+# Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
+# and why: chrony runs only on hosts that keep their own time (not in containers); the
+# reconciler is a timer, checked by the elastic e2e tests.
+NOT_PLACED = {("common", "chrony"), ("slurm_elastic", "metalslurm-power-reconcile.timer")}
+
+
+def services_roles_keep_running() -> set[tuple[str, str]]:
+    """(role, unit) for every task of a role that keeps a named unit started."""
+    found = set()
+    for tasks in (REPO / "roles").glob("*/tasks/*.yml"):
+        for name, state in re.findall(r"^\s+name: ([\w.-]+)\n\s+state: (.*)$",
+                                      tasks.read_text(), re.M):
+            if "started" in state:
+                found.add((tasks.parent.parent.name, name))
+    return found
+
+
+def test_every_daemon_a_role_keeps_running_is_placed_and_the_other_way_round():
+    placed = {(role, service) for role, services in ROLE_SERVICES.items()
+              for service, _condition in services}
+    assert services_roles_keep_running() == placed | NOT_PLACED

@@ -68,3 +68,17 @@ def test_a_container_that_cannot_be_removed_is_named(fake_podman, monkeypatch):
         podman.remove_containers(["c-ctl", "c-gpu-001", "c-gpu-002"])
     assert sorted(p.name for p in fake_podman.iterdir() if not p.name.startswith(".")) == [
         "c-gpu-001"]
+
+
+def test_the_pulumi_delete_steps_need_only_the_clusters_name(fake_podman, monkeypatch, tmp_path):
+    """A stack's delete runs with the environment of an older update: removing a node must
+    not depend on the plan that update passed (METALSLURM_PLAN is not set here)."""
+    from infra.providers import local_resources
+
+    monkeypatch.setenv("FAKE_PODMAN_FAILURES", "0")
+    monkeypatch.delenv("METALSLURM_PLAN", raising=False)
+    rc = local_resources.main(["--state-dir", str(tmp_path / "st"), "remove-node",
+                               "--cluster", "c", "gpu-002"])
+    assert rc == 0
+    assert sorted(p.name for p in fake_podman.iterdir() if not p.name.startswith(".")) == [
+        "c-ctl", "c-gpu-001"]

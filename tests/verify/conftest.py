@@ -73,8 +73,9 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         ctl = testinfra.get_host(f"ansible://{controllers[0]}", ansible_inventory=inventory)
         out = ctl.check_output("sinfo --noheader --Node --format='%N %T' "
                                f"--nodes={','.join(cloud)}")
+        # Powered down ('~') or being powered down ('%'), as the playbook sets them aside.
         powered_down = sorted({line.split()[0] for line in out.splitlines()
-                               if line.split()[1].endswith("~")})
+                               if line.split()[1].endswith(("~", "%"))})
     return Cluster(inventory, controllers[0], compute, hostvars, powered_down,
                    expected_services(inventory))
 
