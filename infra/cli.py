@@ -85,7 +85,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     from infra.configure import print_summary, run_playbook
     from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
-    from infra.state import ensure_cluster_secrets
+    from infra.state import ensure_cluster_secrets, write_credentials_file
     from infra.verify import run_verify
 
     cluster.preflight()
@@ -94,7 +94,10 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
         image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
     with phase("nodes", timings):
         cluster.provision(image)
-        inventory = write_local_inventory(cfg, cluster, ensure_cluster_secrets(cluster.state))
+        secret_files = ensure_cluster_secrets(cluster.state)
+        if cfg.containers.enabled and cfg.containers.credentials_file:
+            secret_files |= write_credentials_file(cluster.state, cfg.containers.credentials_file)
+        inventory = write_local_inventory(cfg, cluster, secret_files)
         for row in cluster.status():
             say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")
         say(f"    shared storage: {storage_summary(cfg, cluster)}")

@@ -36,6 +36,8 @@ def secret_vars(args: ClusterArgs) -> dict[str, str]:
         names.append("ansible_ssh_private_key_file")
     if args.bmc_credentials is not None:
         names.append("slurm_elastic_credentials_file")
+    if args.registry_credentials is not None:
+        names.append("registry_credentials_file")
     return StateDir(args.state_dir).secret_vars(names)
 
 
@@ -89,6 +91,10 @@ class Cluster(pulumi.ComponentResource):
             environment["METALSLURM_BMC_CREDENTIALS"] = pulumi.Output.secret(
                 pulumi.Output.from_input(args.bmc_credentials).apply(
                     lambda c: json.dumps(c, sort_keys=True)))
+        if args.registry_credentials is not None:
+            environment["METALSLURM_REGISTRY_CREDENTIALS"] = pulumi.Output.secret(
+                pulumi.Output.from_input(args.registry_credentials).apply(
+                    lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
         run = [sys.executable, "-m", "infra.pulumi_configure", "--state-dir",
                str(args.state_dir.resolve())]
         if cfg.configure:

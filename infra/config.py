@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from infra.accounting_config import AccountingSettings, parse_accounting
+from infra.containers import ContainerSettings, parse_containers
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
 from infra.providers.oci_config import OciSettings, parse_oci
@@ -70,7 +71,7 @@ RESERVED_HOST_ADDRESSES = 9
 DEFAULT_JOB_TIME = "1-00:00:00"
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
-SECRET_KEYS = ("sshPrivateKey", "bmcCredentials")
+SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials")
 
 # The shared research cluster of the seed guide: a short debug queue (one node per job),
 # the default train queue, and a priority queue whose jobs preempt (requeue) train and
@@ -129,6 +130,9 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("storage", "Shared file systems - backend, server, paths.", {}),
     StackKey("accounting", "slurmdbd accounting - database, accounts, qos, prune.", {}),
     StackKey("users", "Unix users with one UID everywhere - [{name, uid}].", []),
+    StackKey("containers", "Enroot and Pyxis (containers in jobs) - enabled, mirror, "
+             "pinnedOnly, artifacts, storageDir, cacheDir, runSize, pyxis, credentialsFile.",
+             {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),
     StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, hosts."),
@@ -138,6 +142,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "with.", secret=True),
     StackKey("bmcCredentials", "byo - BMC logins, {<node> or default: {username, password}}.",
              secret=True),
+    StackKey("registryCredentials", "Container registry logins written into each cluster "
+             "user's Enroot credentials - [{host, login, password}].", secret=True),
 )
 TOP_KEYS = tuple(k.name for k in STACK_KEYS)
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in STACK_KEYS if k.default is not None}
@@ -248,6 +254,7 @@ class ClusterConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     users: tuple[UnixUser, ...] = ()
+    containers: ContainerSettings = field(default_factory=ContainerSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -523,8 +530,13 @@ def stack_keys(raw_config: Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") -> ClusterConfig:
-    """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``)."""
+def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
+                 base_dir: Path | None = None) -> ClusterConfig:
+    """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``).
+
+    ``base_dir``: what relative paths in the config (the container artifacts' mirror) are
+    relative to: the stack file's directory (the project directory under Pulumi).
+    """
     c = Collector()
     given = stack_keys(raw_config)
     c.unknown_keys(given, TOP_KEYS, NAMESPACE)
@@ -550,8 +562,13 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
     elastic = _parse_elastic(c, raw, provider, pools)
     storage = _parse_storage(c, raw)
     users = _parse_users(c, raw)
+    containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
+                                  base_dir)
     configure = c.boolean(raw, "configure", key("configure"), False)
     secrets = {k: c.secret_present(raw, k) for k in SECRET_KEYS}
+    if secrets["registryCredentials"] and containers.credentials_file:
+        c.problem(key("registryCredentials"), f"and {key('containers')}.credentialsFile are "
+                  "both set: keep one")
     local = parse_local(c, raw, provider, os_name)
     byo, hosts_by_pool = parse_byo(c, raw, provider, cidr, controller_name, storage, pools,
                                    secrets)
@@ -568,7 +585,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config") ->
         controller_name=controller_name, compute_pools=tuple(pools),
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
-        configure=configure, byo=byo, oci=oci)
+        containers=containers, configure=configure, byo=byo, oci=oci)
 
 
 def load_stack_file(path: str | Path) -> ClusterConfig:
@@ -593,4 +610,4 @@ def load_stack_file(path: str | Path) -> ClusterConfig:
         raise ConfigError([f"the file has no {NAMESPACE}: config, so it would describe the "
                            "default cluster without saying so; add 'config:' with at least "
                            f"'{key('provider')}' (see Pulumi.example-local.yaml)"], str(path))
-    return parse_config(config, source=str(path))
+    return parse_config(config, source=str(path), base_dir=path.resolve().parent)

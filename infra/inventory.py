@@ -101,6 +101,7 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         "metalslurm_partitions": partitions,
         "metalslurm_slurm_conf": dict(cfg.slurm_conf),
         "metalslurm_users": [{"name": u.name, "uid": u.uid} for u in cfg.users],
+        "metalslurm_containers": cfg.containers.inventory_vars(),
         "metalslurm_elastic": {
             "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
             "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,

@@ -27,6 +27,9 @@ class ClusterArgs:
     state_dir: Path
     ssh_private_key: pulumi.Input[str] | None = None
     bmc_credentials: pulumi.Input[Any] | None = None
+    # Registry logins for Enroot: the secret metalslurm:registryCredentials, or the content
+    # of metalslurm:containers.credentialsFile.
+    registry_credentials: pulumi.Input[Any] | None = None
 
 
 @dataclass

@@ -33,6 +33,7 @@ SECRET_ENV = {
     "slurm_jwt_key_b64_file": "METALSLURM_JWT_KEY_B64",
     "ansible_ssh_private_key_file": "METALSLURM_SSH_PRIVATE_KEY",
     "slurm_elastic_credentials_file": "METALSLURM_BMC_CREDENTIALS",
+    "registry_credentials_file": "METALSLURM_REGISTRY_CREDENTIALS",
 }
 
 

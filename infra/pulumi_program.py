@@ -61,7 +61,8 @@ def raw_stack_config() -> dict[str, Any]:
 
 
 def load_cluster_config() -> ClusterConfig:
-    return parse_config(raw_stack_config(), source=f"stack {pulumi.get_stack()}")
+    return parse_config(raw_stack_config(), source=f"stack {pulumi.get_stack()}",
+                        base_dir=Path.cwd())
 
 
 def main() -> None:
@@ -73,11 +74,14 @@ def main() -> None:
     conf = pulumi.Config(NAMESPACE)
     ssh_key = conf.get_secret("sshPrivateKey")
     bmc = conf.get_secret_object("bmcCredentials")
+    registry = conf.get_secret_object("registryCredentials")
+    if registry is None and cfg.containers.credentials_file:
+        registry = pulumi.Output.secret(Path(cfg.containers.credentials_file).read_text())
     stack = pulumi.get_stack()
     cluster = Cluster(cfg.cluster_name, ClusterArgs(
         config=cfg, stack=stack, repo_root=REPO_ROOT,
         state_dir=REPO_ROOT / ".metalslurm" / stack,
-        ssh_private_key=ssh_key, bmc_credentials=bmc))
+        ssh_private_key=ssh_key, bmc_credentials=bmc, registry_credentials=registry))
     pulumi.export("inventory", cluster.inventory)
     pulumi.export("controllerAddress", cluster.controller_address)
     pulumi.export("bastionAddress", cluster.bastion_address)

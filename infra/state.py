@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from infra.containers import ContainersError, checked_credentials
+
 # Inventory variable naming a secret file -> the file's name under secrets/.
 SECRET_FILES = {
     "munge_key_b64_file": "munge.key.b64",
@@ -38,6 +40,7 @@ SECRET_FILES = {
     "slurm_jwt_key_b64_file": "jwt.key.b64",
     "ansible_ssh_private_key_file": "ssh_key",
     "slurm_elastic_credentials_file": "bmc-credentials.json",
+    "registry_credentials_file": "registry-credentials.json",
 }
 # The secrets every cluster has; the others depend on the provider.
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file")
@@ -73,6 +76,11 @@ def checked_secret(var: str, value: str) -> str:
             raise SecretError("metalslurm:bmcCredentials: must map a node name or 'default' to "
                               "{username, password}")
         return json.dumps(creds, sort_keys=True) + "\n"
+    if var == "registry_credentials_file":
+        try:
+            return checked_credentials(value)
+        except ContainersError as exc:
+            raise SecretError(str(exc)) from None
     if var == "ansible_ssh_private_key_file":
         return value.rstrip("\n") + "\n"  # OpenSSH refuses a key without a final newline
     if var == "slurmdbd_password_file":
@@ -156,6 +164,13 @@ class StateDir:
     def remove(self) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
+
+
+def write_credentials_file(state: StateDir, source: str) -> dict[str, str]:
+    """The registry credentials of ``metalslurm:containers.credentialsFile`` as a secret
+    file (checked, 0600); returns the inventory var naming it."""
+    state.write_secret("registry_credentials_file", Path(source).read_text())
+    return state.secret_vars(["registry_credentials_file"])
 
 
 def ensure_cluster_secrets(state: StateDir) -> dict[str, str]:

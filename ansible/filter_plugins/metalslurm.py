@@ -13,10 +13,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from infra import inventory, slurm_versions, slurmconf, wheel
+    from infra import containers, inventory, slurm_versions, slurmconf, wheel
 except ImportError:  # running ansible-playbook from a checkout without 'pip install -e .'
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from infra import inventory, slurm_versions, slurmconf, wheel
+    from infra import containers, inventory, slurm_versions, slurmconf, wheel
 
 # Operator-side build output (git-ignored), e.g. the power programs' wheel.
 BUILD_DIR = Path(__file__).resolve().parents[2] / ".metalslurm" / "build"
@@ -195,7 +195,7 @@ def _wrap(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except slurmconf.SlurmConfError as exc:
+        except (slurmconf.SlurmConfError, containers.ContainersError) as exc:
             raise AnsibleFilterError(str(exc)) from exc
     return wrapper
 
@@ -216,4 +216,10 @@ class FilterModule:
             "metalslurm_wheel": metalslurm_wheel,
             "metalslurm_fit_slurm_release": fit_slurm_release,
             "metalslurm_service_up": service_up,
+            "metalslurm_artifact_sources": _wrap(containers.artifact_sources),
+            "metalslurm_artifact_problems": containers.artifact_problems,
+            "metalslurm_credentials_problems": containers.credentials_problems,
+            "metalslurm_netrc_block": _wrap(containers.netrc_block),
+            "metalslurm_plugstack_line": _wrap(containers.plugstack_line),
+            "metalslurm_enroot_settings": _wrap(containers.enroot_settings),
         }

@@ -17,10 +17,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +47,14 @@ CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 on
 LABEL = "metalslurm.cluster"
 SSH_WAIT_SECONDS = 90
 ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's hard limits
+# How node containers are made; a node container made another way is made again. Version
+# 2: compute nodes get a private cgroup namespace, so the cgroup paths a job sees in
+# /proc/self/cgroup are the ones mounted at /sys/fs/cgroup (Enroot's cgroups hook mounts a
+# job's cgroup by them). On this host's hybrid cgroup v1 layout the node's systemd then
+# leaves the name=systemd cgroup podman made for it, and 'podman exec' into the node
+# fails: the local cluster reaches its nodes over SSH (as Ansible does), and reads files
+# from a node with 'podman cp'.
+CONTAINER_SPEC = "2"
 
 
 class LocalProviderError(RuntimeError):
@@ -326,19 +336,24 @@ class LocalCluster:
                     f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n")
         public_key = self.state.ssh_key.with_suffix(".pub").read_text()
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
-        if found and current == (node_env, public_key):
+        made_as = (found[0].get("Labels") or {}).get("metalslurm.spec") if found else None
+        if found and current == (node_env, public_key) and made_as == CONTAINER_SPEC:
             if found[0].get("State") != "running" and spec.node_state != "cloud":
                 podman("start", name)  # a powered-down elastic node stays down
             return
         if found:
             # Its bind-mounted files are gone or stale (state directory removed, GPU
-            # count changed): a node container is cheap, make it again.
-            self.log(f"recreating {name}: its node files changed")
+            # count changed), or it was made another way: a node container is cheap,
+            # make it again.
+            self.log(f"recreating {name}: " + ("its node files changed"
+                                               if made_as == CONTAINER_SPEC
+                                               else "it was made by an older metalslurm"))
             remove_containers([name])
         node_dir.mkdir(parents=True, exist_ok=True)
         (node_dir / "node.env").write_text(node_env)
         (node_dir / "authorized_keys").write_text(public_key)
         args = ["--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
+                "--label", f"metalslurm.spec={CONTAINER_SPEC}",
                 "--name", name, "--hostname", spec.name, "--no-hosts",
                 "--network", self.network_name, "--ip", spec.address,
                 "--label", f"{LABEL}={self.plan.cluster_name}",
@@ -349,6 +364,8 @@ class LocalCluster:
             args += ["-v", f"{host_dir.resolve()}:{path}"]
         for limit in ULIMITS:
             args += ["--ulimit", limit]
+        if "slurm_compute" in spec.groups:
+            args.append("--cgroupns=private")
         podman(*args, image, "/sbin/init")
 
     def running(self, node: str) -> bool:
@@ -460,7 +477,7 @@ class LocalCluster:
             try:
                 with socket.create_connection((spec.address, 22), timeout=2):
                     pass
-                key = podman("exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
+                key = self.read_node_file(spec.name, "/etc/ssh/ssh_host_ed25519_key.pub")
                 key_type, key_data = key.split()[:2]
                 return f"{spec.name},{spec.address} {key_type} {key_data}"
             except (OSError, PodmanError, ValueError) as exc:
@@ -525,12 +542,19 @@ class LocalCluster:
                          "state": state})
         return rows
 
+    def read_node_file(self, node: str, path: str) -> str:
+        """A file of a node's file system, read without entering the node (podman cp)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            podman("cp", f"{self.container(node)}:{path}", f"{tmp}/file")
+            return Path(tmp, "file").read_text()
+
     def exec(self, node: str, command: list[str], interactive: bool = False) -> int:
-        self.plan.spec(node)  # an unknown node is an error naming the cluster's nodes
-        args = ["podman", "exec"]
-        if interactive:
-            args.append("-it")
-        args += [self.container(node), *command]
+        """Run ``command`` on ``node`` as root, over SSH (see CONTAINER_SPEC)."""
+        spec = self.plan.spec(node)  # an unknown node is an error naming the cluster's nodes
+        args = ["ssh", "-i", str(self.state.ssh_key), "-o", "BatchMode=yes",
+                "-o", f"UserKnownHostsFile={self.state.known_hosts}",
+                "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+                "-t" if interactive else "-T", f"root@{spec.address}", "--", shlex.join(command)]
         return subprocess.run(args, check=False).returncode
 
 

@@ -23,10 +23,52 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = Path(__file__).resolve().parent / "stacks"
-DEBIAN13_STACK = STACKS / "Pulumi.e2e-debian13.yaml"
+# The offline mirror of the container artifacts (Enroot .deb files, Pyxis source): never
+# in the repository; found next to the checkout, or named by METALSLURM_VENDOR_DIR.
+VENDOR_CANDIDATES = (REPO.parent / "shared" / "vendor", Path("/work/shared/vendor"))
+# Registry logins the e2e clusters get (a registry no test reaches: only the file matters).
+E2E_REGISTRY = "registry.e2e.invalid"
+
+
+def vendor_dir() -> Path | None:
+    env = os.environ.get("METALSLURM_VENDOR_DIR")
+    for candidate in ([Path(env)] if env else []) + list(VENDOR_CANDIDATES):
+        if (candidate / "pyxis-0.24.0.tar.gz").is_file():
+            return candidate.resolve()
+    return None
+
+
+def e2e_stack(file_name: str) -> Path:
+    """The e2e stack file as run here: its containers mirror pointed at the mirror this
+    machine has (containers off where it has none; their tests then skip, saying why),
+    and registry credentials from a 0600 file. Written under .metalslurm/e2e-stacks."""
+    doc = yaml.safe_load((STACKS / file_name).read_text())
+    config = doc["config"]
+    out_dir = REPO / ".metalslurm" / "e2e-stacks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    containers = config.get("metalslurm:containers")
+    if containers is not None and containers.get("enabled", True):
+        vendor = vendor_dir()
+        if vendor is None:
+            config["metalslurm:containers"] = {"enabled": False}
+        else:
+            containers["mirror"] = str(vendor)
+            creds = out_dir / "registry-credentials.yaml"
+            creds.touch(mode=0o600)
+            creds.chmod(0o600)
+            creds.write_text(yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
+                                              "password": "e2e-not-a-real-password"}]))
+            containers["credentialsFile"] = str(creds)
+    out = out_dir / file_name
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+DEBIAN13_STACK = e2e_stack("Pulumi.e2e-debian13.yaml")
 JOB_TIMEOUT = 240
 POWER_LOG = "/var/log/slurm/metalslurm-power.log"
 # SuspendTime + SuspendTimeout of the Debian 13 stack + the power-saving pass, with margin.

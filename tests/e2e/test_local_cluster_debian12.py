@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
-from tests.e2e.conftest import REPO, STACKS, cluster_containers, metalslurm, network_exists
+from tests.e2e.conftest import REPO, cluster_containers, e2e_stack, metalslurm, network_exists
 
-STACK = STACKS / "Pulumi.e2e-debian12.yaml"
+STACK = e2e_stack("Pulumi.e2e-debian12.yaml")
 CLUSTER = "ms-e2e12"
 STATE = REPO / ".metalslurm" / "e2e-debian12"
 INVENTORY = STATE / "inventory.yml"
