@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from bench.power_log import resume_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +36,17 @@ CLUSTER = "ms-bench-el"
 NODE = "gpu-002"
 LOG = "/var/log/slurm/metalslurm-power.log"
 OVERHEAD_TARGET_S = 5.0
+STATE = REPO / ".metalslurm" / "bench-elastic"
+# Compute node containers cannot be entered with 'podman exec' (their private cgroup
+# namespace; infra/providers/local.py): the raw start is timed over SSH, as Ansible uses.
+SSH = ["ssh", "-i", str(STATE / "ssh" / "id_ed25519"), "-o", "BatchMode=yes",
+       "-o", "ConnectTimeout=1", "-o", f"UserKnownHostsFile={STATE / 'ssh' / 'known_hosts'}",
+       "-o", "LogLevel=ERROR"]
+
+
+def node_ssh() -> list[str]:
+    inventory = yaml.safe_load((STATE / "inventory.yml").read_text())
+    return [*SSH, f"root@{inventory['all']['hosts'][NODE]['ansible_host']}"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,7 +83,7 @@ def raw_container_start() -> float:
     start = time.time()
     subprocess.run(["podman", "start", f"{CLUSTER}-{NODE}"], check=True, capture_output=True)
     end = wait("slurmd in the raw start", lambda: subprocess.run(
-        ["podman", "exec", f"{CLUSTER}-{NODE}", "systemctl", "is-active", "-q", "slurmd"],
+        [*node_ssh(), "systemctl is-active -q slurmd"], stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, check=False).returncode == 0)
     wait("slurmctld to take the node", lambda: node_state() in ("idle", "idle~"), every=0.5)
     power_down()

@@ -33,6 +33,9 @@ class ConfigureResult:
     # (host, task, file content after the change) of changed tasks, with diff=True
     diffs: list[tuple[str, str, str]] = field(default_factory=list)
     slowest: list[tuple[float, str]] = field(default_factory=list)
+    # Warnings tasks gave (Ansible's own, and debug messages that start with WARNING:),
+    # once each, e.g. an artifact installed without a sha256.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +55,7 @@ class _Progress:
         self.task_seconds: dict[str, float] = defaultdict(float)
         self.changed: list[tuple[str, str]] = []
         self.failures: list[str] = []
+        self.warnings: list[str] = []
         self.diffs: list[tuple[str, str, str]] = []
         self.start = time.monotonic()
 
@@ -72,6 +76,8 @@ class _Progress:
                 self.task_seconds[task] = max(self.task_seconds[task],
                                               time.monotonic() - self.task_started[uuid])
             res = data.get("res") or {}
+            if kind == "runner_on_ok":
+                self._warnings(res)
             if kind == "runner_on_ok" and res.get("changed"):
                 self.changed.append((host, task))
                 items = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
@@ -89,6 +95,16 @@ class _Progress:
                 self.failures.append(f"{host}: unreachable: {msg}")
                 self.out(f"[{elapsed:6.1f}s]   UNREACHABLE {host}: {msg}")
         return True
+
+
+    def _warnings(self, res: dict[str, Any]) -> None:
+        found = [str(w) for w in res.get("warnings") or []]
+        if isinstance(res.get("msg"), str) and res["msg"].startswith("WARNING:"):
+            found.append(res["msg"][len("WARNING:"):].strip())
+        for warning in found:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+                self.out(f"WARNING: {warning}")
 
 
 def _diff_list(diff: Any) -> list[dict[str, Any]]:
@@ -165,6 +181,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
         changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
+        warnings=progress.warnings,
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result
 
@@ -187,6 +204,8 @@ def summary_lines(result: ConfigureResult) -> list[str]:
 def print_summary(result: ConfigureResult, out: Callable[[str], None] = print) -> None:
     for line in summary_lines(result):
         out(line)
+    for warning in result.warnings:
+        out(f"WARNING: {warning}")
     for failure in result.failures:
         out(f"FAILED: {failure}")
     sys.stdout.flush()

@@ -313,6 +313,24 @@ def artifact_problems(sources: list[Mapping[str, Any]], require_pinned: bool) ->
     return {"problems": problems, "unpinned": unpinned}
 
 
+def local_artifact_problems(results: list[Mapping[str, Any]]) -> list[str]:
+    """What is wrong with the artifacts kept on the Ansible machine, from the role's
+    ``stat`` results ({item: source, stat: {exists, isreg, checksum}}): missing ones, and
+    ones whose sha256 differs from their pin."""
+    problems = []
+    for result in results:
+        item, st = result["item"], result.get("stat") or {}
+        where = f"artifact {item['name']}: {item['location']}"
+        if not st.get("exists"):
+            problems.append(f"{where} does not exist on this machine")
+        elif not st.get("isreg"):
+            problems.append(f"{where} is not a file")
+        elif item.get("sha256") and st.get("checksum") != item["sha256"]:
+            problems.append(f"{where} has sha256 {st.get('checksum')}, not the pinned "
+                            f"{item['sha256']}")
+    return problems
+
+
 def _config_name(role_name: str) -> str:
     return next((c for c, r in ARTIFACT_NAMES.items() if r == role_name), role_name)
 

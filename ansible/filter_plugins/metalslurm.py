@@ -218,6 +218,7 @@ class FilterModule:
             "metalslurm_service_up": service_up,
             "metalslurm_artifact_sources": _wrap(containers.artifact_sources),
             "metalslurm_artifact_problems": containers.artifact_problems,
+            "metalslurm_local_artifact_problems": containers.local_artifact_problems,
             "metalslurm_credentials_problems": containers.credentials_problems,
             "metalslurm_netrc_block": _wrap(containers.netrc_block),
             "metalslurm_plugstack_line": _wrap(containers.plugstack_line),

@@ -69,6 +69,44 @@ def e2e_stack(file_name: str) -> Path:
 
 
 DEBIAN13_STACK = e2e_stack("Pulumi.e2e-debian13.yaml")
+
+# ---- a container image without a registry (the container tests of both clusters) -----
+# A small root file system copied from a node's own programs (bash and a few coreutils
+# with their libraries), with no device nodes under /dev (as 'enroot import' makes
+# images), a marker file, and PYTORCH_VERSION in its environment (which turns Enroot's
+# PyTorch hook on); squashed onto shared storage by a compute node.
+IMAGE = "/shared/images/e2e.sqsh"
+MARKER = "metalslurm e2e image"
+BUILD_IMAGE = r"""set -e
+r=$(mktemp -d)
+mkdir -p $r/etc $r/usr/bin $r/tmp $r/dev $r/proc $r/sys $r/run $r/var/run
+ln -s usr/bin $r/bin
+for b in bash sh cat printenv hostname touch ls; do
+    p=/usr/bin/$b; [ -e $p ] || p=/bin/$b; cp -L $p $r/usr/bin/
+    for lib in $(ldd $p | grep -o '/[^ ]*'); do mkdir -p $r$(dirname $lib); cp -L $lib $r$lib; done
+done
+echo '""" + MARKER + r"""' > $r/etc/metalslurm-e2e-image
+echo PYTORCH_VERSION=2.5.0 > $r/etc/environment
+mkdir -p /shared/images
+mksquashfs $r """ + IMAGE + r""" -noappend -all-root -quiet >/dev/null
+rm -rf $r
+find $(dirname """ + IMAGE + r""") -name e2e.sqsh -size +100k
+"""
+# Opens each fake GPU: "No such device or address" is the device cgroup letting the open
+# through to a driver that is not there; "Operation not permitted" is the cgroup refusing.
+PROBE = r"""#!/bin/bash
+for dev in /dev/nvidia[0-9]*; do
+    err=$( (exec 3<$dev) 2>&1 ); echo "${dev#/dev/} ${err##*: }"
+done
+echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+cat /etc/metalslurm-e2e-image
+"""
+
+
+def quoted(text: str) -> str:
+    """``text`` as one single-quoted shell word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
 JOB_TIMEOUT = 240
 POWER_LOG = "/var/log/slurm/metalslurm-power.log"
 # SuspendTime + SuspendTimeout of the Debian 13 stack + the power-saving pass, with margin.

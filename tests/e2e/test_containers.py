@@ -10,40 +10,28 @@ PYTORCH_VERSION in its environment (which turns Enroot's PyTorch hook on).
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from tests.e2e.conftest import E2E_REGISTRY, LocalStack, vendor_dir, wait_for
+from infra.configure import ConfigureResult, run_playbook
+from infra.containers import ARTIFACT_NAMES
+from tests.e2e.conftest import (
+    BUILD_IMAGE,
+    E2E_REGISTRY,
+    IMAGE,
+    MARKER,
+    PROBE,
+    STACKS,
+    LocalStack,
+    quoted,
+    vendor_dir,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(vendor_dir() is None, reason=(
     "no mirror of the Enroot/Pyxis artifacts on this machine (../shared/vendor next to the "
     "checkout, or METALSLURM_VENDOR_DIR): the cluster was brought up without containers"))
 
-IMAGE = "/shared/images/e2e.sqsh"
-MARKER = "metalslurm e2e image"
 NODES = "gpu-[001-002]"
-BUILD_IMAGE = r"""set -e
-r=$(mktemp -d)
-mkdir -p $r/etc $r/usr/bin $r/tmp $r/dev $r/proc $r/sys $r/run $r/var/run
-ln -s usr/bin $r/bin
-for b in bash sh cat printenv hostname touch ls; do
-    p=$(command -v $b); cp -L $p $r/usr/bin/
-    for lib in $(ldd $p | grep -o '/[^ ]*'); do mkdir -p $r$(dirname $lib); cp -L $lib $r$lib; done
-done
-echo '""" + MARKER + r"""' > $r/etc/metalslurm-e2e-image
-echo PYTORCH_VERSION=2.5.0 > $r/etc/environment
-mkdir -p /shared/images
-mksquashfs $r """ + IMAGE + r""" -noappend -all-root -quiet >/dev/null
-rm -rf $r
-find $(dirname """ + IMAGE + r""") -name e2e.sqsh -size +100k
-"""
-# Opens each fake GPU: "No such device or address" is the device cgroup letting the open
-# through to a driver that is not there; "Operation not permitted" is the cgroup refusing.
-PROBE = r"""#!/bin/bash
-for i in 0 1 2 3 4 5 6 7; do
-    err=$( (exec 3</dev/nvidia$i) 2>&1 ); echo "nvidia$i ${err##*: }"
-done
-echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-cat /etc/metalslurm-e2e-image
-"""
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +39,9 @@ def image(debian13: LocalStack) -> str:
     assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
     out = debian13.on("gpu-001", BUILD_IMAGE).stdout
     assert IMAGE in out
-    debian13.on("ctl", "printf '%s' " + _quote(PROBE) + " > /shared/probe.sh"
-                " && chmod 755 /shared/probe.sh")
+    debian13.on("ctl", f"printf '%s' {quoted(PROBE)} > /shared/probe.sh "
+                       "&& chmod 755 /shared/probe.sh")
     return IMAGE
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def srun(cluster: LocalStack, args: str) -> list[str]:
@@ -77,7 +61,7 @@ def test_sbatch_container_image_runs_the_steps_in_the_image(debian13, image):
     script = ("#!/bin/bash\n#SBATCH --container-image=" + image + "\n"
               "#SBATCH --container-mounts=/shared:/shared\n#SBATCH -w gpu-002\n"
               "cat /etc/metalslurm-e2e-image > /shared/sbatch-$SLURM_JOB_ID.out\n")
-    debian13.ctl("printf '%s' " + _quote(script) + " > /home/alice/container.sbatch")
+    debian13.ctl("printf '%s' " + quoted(script) + " > /home/alice/container.sbatch")
     job = debian13.submit("alice", "--parsable /home/alice/container.sbatch")
     assert debian13.wait_until_done(job) == "COMPLETED"
     assert debian13.ctl(f"cat /shared/sbatch-{job}.out").stdout.strip() == MARKER
@@ -140,6 +124,127 @@ def test_an_import_from_an_unreachable_registry_names_the_registry_and_image(deb
 def test_pyxis_was_built_against_this_nodes_slurm(debian13, image):
     record = debian13.on("gpu-001", "cat /usr/local/lib/slurm/.spank_pyxis.build").stdout
     release = debian13.on("gpu-001", "srun --version").stdout.split()[-1]
-    assert record.splitlines()[1].startswith(f"slurm {release} libslurm-dev ")
+    assert f" slurm {release} libslurm-dev " in record
     wait_for("the container jobs' nodes to be idle", lambda: "idle" in debian13.ctl(
         f"sinfo --noheader --nodes={NODES} --format=%T").stdout)
+
+
+# ---- bad input: each stops with a message naming what to change, nothing installed -----
+
+# The e2e stack's pins, as the role takes them (what extra vars replace must keep them).
+PINS = {ARTIFACT_NAMES[name]: pin for name, pin in yaml.safe_load(
+    (STACKS / "Pulumi.e2e-debian13.yaml").read_text())["config"]["metalslurm:containers"]
+    ["artifacts"].items()}
+PLUGIN = "/usr/local/lib/slurm/spank_pyxis.so"
+
+
+def configure(cluster: LocalStack, **extra_vars) -> ConfigureResult:
+    return run_playbook(cluster.inventory, tags="install,configure", extra_vars=extra_vars,
+                        out=lambda _line: None)
+
+
+def plugin_sums(cluster: LocalStack) -> str:
+    return cluster.on("gpu-001", f"sha256sum {PLUGIN}").stdout + \
+        cluster.on("gpu-002", f"sha256sum {PLUGIN}").stdout
+
+
+@pytest.mark.parametrize(("extra_vars", "message"), [
+    ({"enroot_pyxis_artifact_overrides": {**PINS, "pyxis": {"sha256": "0" * 64}}},
+     "artifact pyxis: {mirror}/pyxis-0.24.0.tar.gz has sha256 063653ba39125ac29796cc6079701d1e"
+     "c34dd4c5baf698efacc0f36bf3619681, not the pinned " + "0" * 64),
+    ({"enroot_pyxis_mirror": "/nonexistent/mirror"},
+     "artifact enroot: /nonexistent/mirror/enroot_4.1.2-1_amd64.deb does not exist on this "
+     "machine"),
+    ({"enroot_pyxis_artifact_overrides": {**PINS, "enroot": {}},
+      "enroot_pyxis_require_pinned": True},
+     "artifact enroot ({mirror}/enroot_4.1.2-1_amd64.deb) has no sha256, and pinned artifacts "
+     "only are allowed"),
+], ids=["sha256-differs", "missing", "unpinned-refused"])
+def test_a_bad_artifact_stops_the_run_before_anything_is_installed(debian13, image, extra_vars,
+                                                                   message):
+    before = plugin_sums(debian13)
+    result = configure(debian13, **extra_vars)
+    assert not result.ok
+    assert any(message.format(mirror=vendor_dir()) in f for f in result.failures), result.failures
+    assert result.changed_tasks == []
+    assert plugin_sums(debian13) == before
+
+
+def test_an_unpinned_artifact_is_installed_with_a_warning_naming_it(debian13, image):
+    result = configure(debian13, enroot_pyxis_artifact_overrides={**PINS, "enroot_caps": {}},
+                       enroot_pyxis_require_pinned=False)
+    assert result.ok, result.failures
+    assert result.changed_tasks == []
+    assert [w for w in result.warnings if "unpinned" in w] == [
+        f"unpinned artifact(s), installed without checking their sha256: enroot_caps "
+        f"({vendor_dir()}/enroot+caps_4.1.2-1_amd64.deb). Give each one's sha256 "
+        "(metalslurm:containers.artifacts.<name>.sha256), or set pinnedOnly to refuse them."]
+
+
+def test_a_credentials_entry_without_a_host_is_refused(debian13, image, tmp_path):
+    bad = tmp_path / "creds.json"
+    bad.write_text('[{"login": "robot", "password": "secret-value"}]')
+    result = configure(debian13, registry_credentials_file=str(bad))
+    assert not result.ok
+    assert any("entry 1 has no host" in f for f in result.failures), result.failures
+    assert not any("secret-value" in f for f in result.failures)
+    assert result.changed_tasks == []
+
+
+def test_slurm_headers_that_do_not_match_the_installed_slurm_are_refused(debian13, image):
+    header = "/usr/include/slurm/slurm_version.h"
+    before = plugin_sums(debian13)
+    debian13.on("gpu-002", f"cp {header} /root/slurm_version.h && sed -i 's/^#define "
+                f"SLURM_VERSION_NUMBER .*/#define SLURM_VERSION_NUMBER 0x180b04/' {header}")
+    try:
+        result = configure(debian13)
+    finally:
+        debian13.on("gpu-002", f"cp /root/slurm_version.h {header}")
+    assert not result.ok
+    refusal = "gpu-002: Refuse Slurm headers that do not match the installed Slurm"
+    assert any(f.startswith(refusal) and "release '24.11.4', but the "
+               "installed Slurm (slurm-client, whose srun and slurmstepd load Pyxis) is "
+               "'24.11.5'" in f for f in result.failures), result.failures
+    assert plugin_sums(debian13) == before
+
+
+# ---- a Slurm package upgrade rebuilds Pyxis on that node, and nothing else does ---------
+
+def _slurm_packages(cluster: LocalStack, node: str) -> list[str]:
+    out = cluster.on(node, "dpkg-query --show --showformat='${db:Status-Abbrev} ${Package} "
+                           "${source:Package}\\n'").stdout
+    return sorted(f.split()[1] for f in out.splitlines()
+                  if f.startswith("ii") and f.split()[2] == "slurm-wlm")
+
+
+def _install_slurm(cluster: LocalStack, node: str, version: str) -> None:
+    pins = " ".join(f"{p}={version}" for p in _slurm_packages(cluster, node))
+    cluster.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                     f"-o Dpkg::Options::=--force-confold {pins} >/dev/null")
+
+
+def test_a_slurm_package_upgrade_rebuilds_pyxis_on_that_node_only(debian13, image):
+    policy = debian13.on("gpu-002", "apt-cache madison slurm-client").stdout
+    versions = sorted({line.split("|")[1].strip() for line in policy.splitlines()})
+    installed = debian13.on("gpu-002", "dpkg-query --show --showformat='${Version}' "
+                                       "slurm-client").stdout.strip()
+    older = [v for v in versions if v != installed]
+    if not older:
+        pytest.skip(f"the mirror has one slurm-client version only ({installed})")
+    _install_slurm(debian13, "gpu-002", older[0])
+    try:
+        downgraded = configure(debian13)
+        assert downgraded.ok, downgraded.failures
+    finally:
+        _install_slurm(debian13, "gpu-002", installed)  # the upgrade under test
+    upgraded = configure(debian13)
+    assert upgraded.ok, upgraded.failures
+    builds = [(h, t) for h, t in upgraded.changed_tasks if t.startswith("Compile spank_pyxis")]
+    assert builds == [("gpu-002", "Compile spank_pyxis.so against the installed Slurm headers")]
+    assert {h for h, _t in upgraded.changed_tasks} == {"gpu-002"}
+    record = debian13.on("gpu-002", "cat /usr/local/lib/slurm/.spank_pyxis.build").stdout
+    assert record.rstrip().endswith(f"libslurm-dev {installed}")
+    again = configure(debian13)
+    assert again.ok and again.changed_tasks == [], again.changed_tasks
+    assert srun(debian13, f"-w gpu-002 --container-image={image} cat /etc/metalslurm-e2e-image") \
+        == [MARKER]

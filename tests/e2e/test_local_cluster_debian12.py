@@ -13,7 +13,19 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
-from tests.e2e.conftest import REPO, cluster_containers, e2e_stack, metalslurm, network_exists
+from tests.e2e.conftest import (
+    BUILD_IMAGE,
+    IMAGE,
+    MARKER,
+    PROBE,
+    REPO,
+    cluster_containers,
+    e2e_stack,
+    metalslurm,
+    network_exists,
+    quoted,
+    vendor_dir,
+)
 
 STACK = e2e_stack("Pulumi.e2e-debian12.yaml")
 CLUSTER = "ms-e2e12"
@@ -66,6 +78,21 @@ def test_every_node_has_the_controllers_munge_key(configured):
 def test_multi_node_srun(configured):
     out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_a_container_step_runs_in_the_image_with_exactly_its_two_gpus(configured):
+    if vendor_dir() is None:
+        pytest.skip("no mirror of the Enroot/Pyxis artifacts on this machine: the cluster "
+                    "was brought up without containers")
+    node_sh("gpu-001", BUILD_IMAGE)
+    node_sh("ctl", f"printf '%s' {quoted(PROBE)} > /shared/probe.sh && chmod 755 /shared/probe.sh")
+    out = node_sh("ctl", "cd /home/carol && runuser -u carol -- srun -w gpu-001 "
+                         f"--gres=gpu:h100:2 --container-image={IMAGE} "
+                         "--container-mounts=/shared:/shared /shared/probe.sh")
+    assert out.splitlines() == [
+        "nvidia0 No such device or address", "nvidia1 No such device or address",
+        "nvidia2 Operation not permitted", "nvidia3 Operation not permitted",
+        "CUDA_VISIBLE_DEVICES=0,1", MARKER]
 
 
 def test_verify_suite_passes(configured):

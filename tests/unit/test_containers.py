@@ -135,3 +135,14 @@ def test_the_secret_and_the_file_are_not_both_given(tmp_path):
 def test_the_secret_file_refuses_an_entry_without_a_host():
     with pytest.raises(containers.ContainersError, match="entry 1 has no host"):
         containers.checked_credentials('[{"login": "u", "password": "p"}]')
+
+
+def test_a_missing_or_altered_local_artifact_is_named():
+    sources = containers.artifact_sources(ARTIFACTS, {"pyxis": {"sha256": SHA}}, "/m")
+    by_name = {s["name"]: s for s in sources}
+    assert containers.local_artifact_problems([
+        {"item": by_name["enroot"], "stat": {"exists": False}},
+        {"item": by_name["pyxis"], "stat": {"exists": True, "isreg": True, "checksum": "b" * 64}},
+        {"item": by_name["enroot_caps"], "stat": {"exists": True, "isreg": True, "checksum": "c"}},
+    ]) == ["artifact enroot: /m/enroot_4.1.2-1_amd64.deb does not exist on this machine",
+           f"artifact pyxis: /m/pyxis-0.24.0.tar.gz has sha256 {'b' * 64}, not the pinned {SHA}"]
