@@ -23,25 +23,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The e2e tests' image: a node's own bash and coreutils with their libraries, a marker
+# file, no device nodes.
+from tests.e2e.conftest import BUILD_IMAGE, IMAGE
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET_EXTRA_S = 2.0
-IMAGE = "/shared/images/bench.sqsh"
 USER = "alice"
-# The same kind of image the e2e tests build: a node's own bash and coreutils with their
-# libraries, a marker file, no device nodes.
-BUILD_IMAGE = r"""set -e
-r=$(mktemp -d)
-mkdir -p $r/etc $r/usr/bin $r/tmp $r/dev $r/proc $r/sys $r/run $r/var/run
-ln -s usr/bin $r/bin
-for b in bash sh cat true ls; do
-    p=/usr/bin/$b; [ -e $p ] || p=/bin/$b; cp -L $p $r/usr/bin/
-    for lib in $(ldd $p | grep -o '/[^ ]*'); do mkdir -p $r$(dirname $lib); cp -L $lib $r$lib; done
-done
-echo bench > $r/etc/metalslurm-bench-image
-mkdir -p /shared/images
-mksquashfs $r """ + IMAGE + """ -noappend -all-root -quiet >/dev/null
-rm -rf $r
-stat -c %s """ + IMAGE
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -75,7 +63,8 @@ def main() -> int:
         if up.returncode != 0:
             print(up.stdout[-3000:])
             return 1
-    size = int(on(args.stack, args.node, BUILD_IMAGE).splitlines()[-1])
+    on(args.stack, args.node, BUILD_IMAGE)
+    size = int(on(args.stack, args.node, f"stat -c %s {IMAGE}"))
     on(args.stack, args.node, f"runuser -u {USER} -- enroot remove --force pyxis_bench "
                               ">/dev/null 2>&1 || true")
     node = f"-w {args.node}"
