@@ -19,8 +19,11 @@ from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exi
 
 CLUSTER = "ms-e2e13"
 NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004"]  # gpu-003, gpu-004: elastic
-POWERED_DOWN_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: gpu-00[34] is an elastic node and is "
-                               r"powered down$")
+# The verify suite's skips here: per-host checks of the powered-down elastic nodes, the
+# compute-node checks on the controller, and the InfiniBand port checks, which need an HCA
+# (real hardware).
+EXPECTED_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: (gpu-00[34] is an elastic node and is "
+                           r"powered down|ctl runs no jobs|gpu-00[12] has no HCA\b.*)$")
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +68,6 @@ def test_inventory_keeps_the_munge_key_out(up):
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
 
 
-def test_second_configure_changes_nothing(up):
-    result = run_playbook(up.inventory, out=lambda _line: None)
-    assert result.ok, result.failures
-    assert result.changed_tasks == []
-
-
 def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
     result = run_playbook(up.inventory, check=True, out=lambda _line: None)
     assert result.ok, result.failures
@@ -79,7 +76,9 @@ def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
 
 def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
     """A bad setting fails the controller play after the node plays ran; slurm.conf is
-    left as it was and a plain re-run completes with nothing to change."""
+    left as it was and a plain re-run completes with nothing to change. That re-run is
+    also the second configure of the converged cluster (the failed run changes nothing),
+    so it is this module's idempotence check: 0 changed tasks."""
     before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
     failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
@@ -201,8 +200,8 @@ def test_plain_pytest_runs_the_verify_suite_on_the_inventory(up):
         cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
     # Every check passed; the only ones skipped are per-host checks of the two elastic
-    # nodes, which are powered down.
+    # nodes, which are powered down, and the HCA port checks (no HCA on these nodes).
     lines = proc.stdout.strip().splitlines()
     assert re.match(r"^\d+ passed(, \d+ skipped)? in ", lines[-1]), proc.stdout
     skipped = [line for line in lines if line.startswith("SKIPPED")]
-    assert all(POWERED_DOWN_SKIP.match(line) for line in skipped), skipped
+    assert all(EXPECTED_SKIP.match(line) for line in skipped), skipped
