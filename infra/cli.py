@@ -183,6 +183,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_verify(args.inventory, out=say)
 
 
+def cmd_topology_discover(args: argparse.Namespace) -> int:
+    """The slurm_topology role alone, on the controller: ibnetdiscover, then topology.conf
+    (and an 'scontrol reconfigure' only when it changed)."""
+    from infra.configure import print_summary, run_playbook
+
+    result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
+                          check=args.check, out=say)
+    print_summary(result, out=say)
+    return result.rc
+
+
+def cmd_topology_from_file(args: argparse.Namespace) -> int:
+    """topology.conf from a saved ibnetdiscover output, printed; the report on stderr."""
+    from infra.inventory import inventory_view
+    from infra.slurmconf import expand_hostlist
+    from infra.topology import TopologyError, discovered_topology
+
+    if args.inventory:
+        view = inventory_view(yaml.safe_load(args.inventory.read_text()))
+        nodes = view["groups"]["slurm_compute"]
+    else:
+        nodes = expand_hostlist(args.nodes)
+    previous = args.previous.read_text() if args.previous else ""
+    try:
+        found = discovered_topology(args.ibnetdiscover.read_text(), nodes, previous,
+                                    args.plugin)
+    except TopologyError as exc:
+        raise ConfigError([str(exc)], str(args.ibnetdiscover)) from exc
+    sys.stdout.write(found["content"])
+    for warning in found["warnings"]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    return 0
+
+
 def cmd_config_validate(args: argparse.Namespace) -> int:
     from infra.providers.byo_config import OS_RELEASES
     from infra.slurm_versions import distro_slurm
@@ -280,6 +314,31 @@ def build_parser() -> argparse.ArgumentParser:
     ver = sub.add_parser("verify", help="run the testinfra suite against an inventory")
     ver.add_argument("-i", "--inventory", required=True, type=Path)
     ver.set_defaults(func=cmd_verify)
+
+    topo = sub.add_parser("topology", help="Slurm's topology.conf from the InfiniBand fabric")
+    topo_sub = topo.add_subparsers(dest="topology_command", required=True)
+    disc = topo_sub.add_parser(
+        "discover", help="run ibnetdiscover on the cluster and update topology.conf",
+        description="Runs the slurm_topology role on the controller (Ansible --tags topology): "
+        "ibnetdiscover on the discovery host, the tree written to topology.conf, Slurm "
+        "reconfigured only when the file changed. Nodes the fabric misses are named and keep "
+        "their place.")
+    disc.add_argument("-i", "--inventory", required=True, type=Path)
+    disc.add_argument("--check", action="store_true", help="show what would change")
+    disc.set_defaults(func=cmd_topology_discover)
+    gen = topo_sub.add_parser(
+        "from-file", help="print topology.conf for a saved ibnetdiscover output",
+        description="Reads an ibnetdiscover output (e.g. 'ibnetdiscover > fabric.txt' on any "
+        "host of the fabric) and prints the topology.conf metalslurm would write; what does "
+        "not fit (hosts no compute node matches, nodes not in the fabric) goes to stderr.")
+    gen.add_argument("ibnetdiscover", type=Path, help="the saved ibnetdiscover output")
+    nodes = gen.add_mutually_exclusive_group(required=True)
+    nodes.add_argument("-i", "--inventory", type=Path, help="the compute nodes of this inventory")
+    nodes.add_argument("--nodes", help="the compute nodes as a hostlist (gpu-[001-064])")
+    gen.add_argument("--previous", type=Path, help="the topology.conf in use (places nodes "
+                     "the fabric misses)")
+    gen.add_argument("--plugin", choices=("tree", "block"), default="tree")
+    gen.set_defaults(func=cmd_topology_from_file)
 
     config = sub.add_parser("config", help="stack config tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

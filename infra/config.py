@@ -26,6 +26,7 @@ import yaml
 
 from infra.accounting_config import AccountingSettings, parse_accounting
 from infra.containers import ContainerSettings, parse_containers
+from infra.nccl import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
 from infra.providers.oci_config import OciSettings, parse_oci
@@ -41,6 +42,7 @@ from infra.schema import (
     key,
 )
 from infra.slurmconf import SlurmConfError, shorter_time, slurm_time_seconds, slurm_value
+from infra.topology import TopologySettings, parse_topology_settings
 
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
@@ -133,6 +135,10 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("containers", "Enroot and Pyxis (containers in jobs) - enabled, mirror, "
              "pinnedOnly, artifacts, storageDir, cacheDir, runSize, pyxis, credentialsFile.",
              {}),
+    StackKey("topology", "Slurm's switch topology (topology.conf) - plugin, source (config or "
+             "ibnetdiscover), leaves, spines, blockSizes, discovery."),
+    StackKey("nccl", "NCCL settings written to /etc/nccl.conf over the ones derived from each "
+             "node's HCAs - enabled, settings, gpudirect, socketIfname.", {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),
     StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, hosts."),
@@ -255,6 +261,8 @@ class ClusterConfig:
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     users: tuple[UnixUser, ...] = ()
     containers: ContainerSettings = field(default_factory=ContainerSettings)
+    topology: TopologySettings | None = None
+    nccl: NcclConfig = field(default_factory=NcclConfig)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -576,6 +584,10 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     pools = [replace(p, hosts=hosts_by_pool.get(p.name, p.hosts),
                      shape=shapes.get(p.name, p.shape)) for p in pools]
     _check_node_names(c, pools, controller_name, storage, cidr)
+    topology = parse_topology_settings(c, raw, [n for p in pools for n in p.node_names()])
+    if topology is not None:
+        topology = _resolve_simulator(c, topology, provider, base_dir)
+    nccl = parse_nccl(c, raw)
 
     if c.problems:
         raise ConfigError(c.problems, source)
@@ -585,7 +597,29 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         controller_name=controller_name, compute_pools=tuple(pools),
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
-        containers=containers, configure=configure, byo=byo, oci=oci)
+        containers=containers, topology=topology, nccl=nccl, configure=configure, byo=byo,
+        oci=oci)
+
+
+def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str | None,
+                       base_dir: Path | None) -> TopologySettings:
+    """The simulated fabric's file, relative to the stack file, must exist; a simulator is
+    for clusters without InfiniBand hardware (the local provider) only."""
+    if not topology.discovery_simulator:
+        return topology
+    where = f"{key('topology')}.discovery.simulator"
+    if provider != "local":
+        c.problem(where, f"simulates a fabric for clusters without InfiniBand hardware; the "
+                  f"{provider} provider's machines have a real one: remove it")
+        return topology
+    path = Path(topology.discovery_simulator).expanduser()
+    if not path.is_absolute():
+        path = (base_dir or Path.cwd()) / path
+    if not path.is_file():
+        c.problem(where, f"{path} is not a file (an ibnetdiscover output, read relative to "
+                  "the stack file)")
+        return topology
+    return replace(topology, discovery_simulator=str(path.resolve()))
 
 
 def load_stack_file(path: str | Path) -> ClusterConfig:

@@ -36,6 +36,9 @@ class ConfigureResult:
     # Warnings tasks gave (Ansible's own, and debug messages that start with WARNING:),
     # once each, e.g. an artifact installed without a sha256.
     warnings: list[str] = field(default_factory=list)
+    # Debug messages that start with NOTE: (a step skipped on purpose, said once), e.g. no
+    # HCA on the local nodes.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +59,7 @@ class _Progress:
         self.changed: list[tuple[str, str]] = []
         self.failures: list[str] = []
         self.warnings: list[str] = []
+        self.notes: list[str] = []
         self.diffs: list[tuple[str, str, str]] = []
         self.start = time.monotonic()
 
@@ -99,12 +103,19 @@ class _Progress:
 
     def _warnings(self, res: dict[str, Any]) -> None:
         found = [str(w) for w in res.get("warnings") or []]
-        if isinstance(res.get("msg"), str) and res["msg"].startswith("WARNING:"):
-            found.append(res["msg"][len("WARNING:"):].strip())
+        notes = []
+        # A looped debug task's messages are in its items' results.
+        for item in [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]:
+            msg = item.get("msg")
+            if isinstance(msg, str) and msg.startswith("WARNING:"):
+                found.append(msg[len("WARNING:"):].strip())
+            elif isinstance(msg, str) and msg.startswith("NOTE:"):
+                notes.append(msg[len("NOTE:"):].strip())
         for warning in found:
             if warning not in self.warnings:
                 self.warnings.append(warning)
                 self.out(f"WARNING: {warning}")
+        self.notes += [note for note in notes if note not in self.notes]
 
 
 def _diff_list(diff: Any) -> list[dict[str, Any]]:
@@ -181,7 +192,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
         changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
-        warnings=progress.warnings,
+        warnings=progress.warnings, notes=progress.notes,
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result
 
@@ -204,6 +215,8 @@ def summary_lines(result: ConfigureResult) -> list[str]:
 def print_summary(result: ConfigureResult, out: Callable[[str], None] = print) -> None:
     for line in summary_lines(result):
         out(line)
+    for note in result.notes:
+        out(f"NOTE: {note}")
     for warning in result.warnings:
         out(f"WARNING: {warning}")
     for failure in result.failures:

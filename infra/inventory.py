@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infra.config import ClusterConfig
@@ -75,6 +75,14 @@ class NodeSpec:
         return hv
 
 
+def with_switches(cfg: ClusterConfig, specs: list[NodeSpec]) -> list[NodeSpec]:
+    """The specs with each compute node's leaf switch (``metalslurm_switch``) from the
+    stack's ``metalslurm:topology`` leaves; a provider's own value is kept."""
+    switch_of = cfg.topology.switch_of() if cfg.topology is not None else {}
+    return [replace(s, switch=switch_of[s.name]) if s.switch is None and s.name in switch_of
+            else s for s in specs]
+
+
 def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
     """The ``all`` vars of the inventory that come from the stack config.
 
@@ -102,6 +110,9 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         "metalslurm_slurm_conf": dict(cfg.slurm_conf),
         "metalslurm_users": [{"name": u.name, "uid": u.uid} for u in cfg.users],
         "metalslurm_containers": cfg.containers.inventory_vars(),
+        "metalslurm_topology": (cfg.topology.inventory_vars() if cfg.topology is not None
+                                else {"source": "none"}),
+        "metalslurm_nccl": cfg.nccl.inventory_vars(),
         "metalslurm_elastic": {
             "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
             "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,

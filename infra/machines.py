@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 
 from infra.config import ClusterConfig
-from infra.inventory import NodeSpec, build_inventory, cluster_vars
+from infra.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ def make_inventory(cfg: ClusterConfig, specs: list[NodeSpec], connection: Mappin
                    files: Mapping[str, str]) -> dict[str, Any]:
     """The foundation's inventory for these specs; raises InventoryError if it is invalid."""
     specs = [replace(s, power=dict(power[s.name])) if s.name in power else s for s in specs]
+    specs = with_switches(cfg, specs)
     all_vars = cluster_vars(cfg, specs)
     all_vars.update(connection)
     all_vars.update(files)

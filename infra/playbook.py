@@ -31,6 +31,10 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
                  ("mariadb", "(metalslurm_accounting | default({})).database_host "
                              "| default('', true) | length == 0")),
     "nfs_server": (("nfs-server", None),),
+    # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
+    "slurm_topology": (("metalslurm-ibsim",
+                        "(metalslurm_topology | default({})).simulator_fabric | default('', true) "
+                        "| length > 0"),),
 }
 # Groups a play may leave out at run time (hosts set aside by the playbook itself).
 RUNTIME_GROUPS = ("metalslurm_powered_down", "metalslurm_up")

@@ -13,10 +13,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from infra import containers, inventory, slurm_versions, slurmconf, wheel
+    from infra import containers, inventory, nccl, slurm_versions, slurmconf, topology, wheel
 except ImportError:  # running ansible-playbook from a checkout without 'pip install -e .'
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from infra import containers, inventory, slurm_versions, slurmconf, wheel
+    from infra import containers, inventory, nccl, slurm_versions, slurmconf, topology, wheel
 
 # Operator-side build output (git-ignored), e.g. the power programs' wheel.
 BUILD_DIR = Path(__file__).resolve().parents[2] / ".metalslurm" / "build"
@@ -191,11 +191,48 @@ def metalslurm_wheel(project_dir: str, out_dir: str | None = None) -> str:
         raise AnsibleFilterError(f"cannot build a wheel of {project_dir}: {exc}") from exc
 
 
+def topology_from_inventory(hosts: list[str], hostvars: Any,
+                            settings: dict[str, Any]) -> dict[str, Any]:
+    """{content, problems}: topology.conf from each compute host's metalslurm_switch."""
+    switch_of = {h: _hostvar(hostvars, h, "metalslurm_switch") for h in hosts}
+    content, problems = topology.topology_from_inventory(hosts, switch_of, settings)
+    return {"content": content, "problems": problems}
+
+
+def discovered_topology(stdout: str, hosts: list[str], previous: str, plugin: str = "tree",
+                        block_sizes: list[int] | None = None) -> dict[str, Any]:
+    """{content, warnings, missing, unmatched, unnamed} from ibnetdiscover's output."""
+    return topology.discovered_topology(stdout, hosts, previous, plugin, block_sizes)
+
+
+def interface_of(facts: dict[str, Any], address: str) -> str:
+    """The network interface carrying ``address`` in gathered facts ('' if none)."""
+    for name in facts.get("interfaces") or []:
+        iface = facts.get(name.replace("-", "_")) or facts.get(name) or {}
+        addresses = [(iface.get("ipv4") or {}).get("address")]
+        addresses += [a.get("address") for a in iface.get("ipv4_secondaries") or []]
+        if address in addresses:
+            return str(iface.get("device") or name)
+    return ""
+
+
+def nccl_settings(hcas: list[dict[str, Any]], host: str, socket_ifname: str, gpudirect: str,
+                  overrides: dict[str, Any]) -> dict[str, Any]:
+    """{settings, problems, warnings} for one node (infra/nccl.py)."""
+    result = nccl.derive_nccl_settings(
+        hcas, host=host, socket_ifname=socket_ifname or None,
+        gpudirect=None if gpudirect in ("", "none") else gpudirect,
+        overrides={str(k): str(v) for k, v in (overrides or {}).items()})
+    return {"settings": result.settings, "problems": result.problems,
+            "warnings": result.warnings}
+
+
 def _wrap(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except (slurmconf.SlurmConfError, containers.ContainersError) as exc:
+        except (slurmconf.SlurmConfError, containers.ContainersError,
+                topology.TopologyError) as exc:
             raise AnsibleFilterError(str(exc)) from exc
     return wrapper
 
@@ -223,4 +260,11 @@ class FilterModule:
             "metalslurm_netrc_block": _wrap(containers.netrc_block),
             "metalslurm_plugstack_line": _wrap(containers.plugstack_line),
             "metalslurm_enroot_settings": _wrap(containers.enroot_settings),
+            "metalslurm_topology_from_inventory": _wrap(topology_from_inventory),
+            "metalslurm_discovered_topology": _wrap(discovered_topology),
+            "metalslurm_interface_of": interface_of,
+            "metalslurm_nccl_settings": nccl_settings,
+            "metalslurm_nccl_setting_problems": nccl.setting_problems,
+            "metalslurm_nccl_conf": nccl.render_nccl_conf,
+            "metalslurm_nccl_env": nccl.render_nccl_env,
         }

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import ClusterConfig
-from infra.inventory import NodeSpec, build_inventory, cluster_vars
+from infra.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
 from infra.providers.podman import (
     PodmanError,
     containers,
@@ -562,7 +562,7 @@ def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
                           secret_vars: dict[str, str]) -> Path:
     """The inventory of a local cluster: the schema every provider shares, the local
     connection settings, and the names (never the contents) of its secret files."""
-    specs = cluster.specs()
+    specs = with_switches(cfg, cluster.specs())
     all_vars = cluster_vars(cfg, specs)
     all_vars.update(cluster.connection_vars())
     all_vars.update(secret_vars)

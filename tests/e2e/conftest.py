@@ -63,6 +63,9 @@ def e2e_stack(file_name: str) -> Path:
             creds.write_text(yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
                                               "password": "e2e-not-a-real-password"}]))
             containers["credentialsFile"] = str(creds)
+    discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
+    if discovery.get("simulator"):
+        discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())
     out = out_dir / file_name
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out

@@ -95,6 +95,17 @@ def test_a_container_step_runs_in_the_image_with_exactly_its_two_gpus(configured
         "CUDA_VISIBLE_DEVICES=0,1", MARKER]
 
 
+def test_slurm_22_05_schedules_with_the_stacks_switch_tree(configured):
+    """topology.conf from the stack's leaves and spine, read by Slurm 22.05's tree plugin;
+    a 2-node job must span both leaves, which --switches=1 cannot give."""
+    assert node_sh("ctl", "scontrol show topology").splitlines() == [
+        "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-001",
+        "SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=gpu-002",
+        "SwitchName=spine1 Level=1 LinkSpeed=1 Nodes=gpu-[001-002] Switches=leaf[1-2]"]
+    assert node_sh("ctl", "grep -E '^TopologyPlugin=' /etc/slurm/slurm.conf") == \
+        "TopologyPlugin=topology/tree"
+
+
 def test_verify_suite_passes(configured):
     proc = metalslurm("verify", "-i", str(INVENTORY), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -111,6 +122,8 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     configure restarts Slurm with the shorter node list."""
     doc = yaml.safe_load(STACK.read_text())
     doc["config"]["metalslurm:computePools"][0]["count"] = 1
+    # gpu-002's leaf goes with it (a leaf naming a node the cluster lacks is refused).
+    doc["config"]["metalslurm:topology"]["leaves"].pop()
     smaller = tmp_path / STACK.name  # same stack name, so the same state directory
     smaller.write_text(yaml.safe_dump(doc))
     proc = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")

@@ -36,8 +36,8 @@ def test_every_role_of_the_playbook_is_read():
     roles = {pr.role for pr in play_roles()}
     assert {"cluster_validate", "common", "munge", "nfs_server", "nfs_client", "slurmdbd",
             "slurm_common",
-            "slurm_elastic", "enroot_pyxis", "slurm_controller", "slurm_accounting",
-            "slurm_compute"} == roles
+            "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
+            "slurm_accounting", "nccl_ib", "slurm_compute"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
