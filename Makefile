@@ -43,7 +43,7 @@ unit: deps
 	$(BIN)/pytest tests/unit tests/pulumi
 
 e2e: deps
-	$(BIN)/pytest tests/e2e
+	$(BIN)/pytest tests/e2e --durations=20
 
 test: lint unit e2e
 
