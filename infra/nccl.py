@@ -226,13 +226,9 @@ def derive_nccl_settings(hcas: Sequence[Mapping[str, Any]], *, host: str = "node
     if socket_ifname:
         result.settings["NCCL_SOCKET_IFNAME"] = "=" + socket_ifname.lstrip("=")
     for key, value in overrides.items():
-        if key not in NCCL_VARIABLES:
-            result.problems.append(f"{host}: override {key} is not a variable NCCL reads "
-                                   f"(known: see infra/nccl.py NCCL_VARIABLES)")
-            continue
-        if "\n" in value or "\r" in value or len(value) > 1023:
-            result.problems.append(f"{host}: override {key} must be one line of at most 1023 "
-                                   f"characters (NCCL reads nccl.conf line by line)")
+        problem = _setting_problem(key, value)
+        if problem:
+            result.problems.append(f"{host}: override {key} {problem}")
             continue
         if key == "NCCL_IB_HCA":
             result.problems.extend(hca_override_problems(host, hcas, value))
@@ -265,16 +261,26 @@ _NCCL_KEYS = ("enabled", "settings", "gpudirect", "socketIfname")
 _IFNAME_RE = re.compile(r"^=?[A-Za-z0-9_.:@-]{1,15}$")
 
 
+def _setting_problem(name: str, value: Any) -> str | None:
+    """What is wrong with setting NCCL variable ``name`` to ``value`` (the end of a
+    sentence), or None: the one rule the stack config, the role and the derivation share."""
+    if name not in NCCL_VARIABLES:
+        return ("is not a variable NCCL reads (the list, with its source, is NCCL_VARIABLES "
+                "in infra/nccl.py)")
+    if value is None or isinstance(value, (dict, list)) or "\n" in str(value) \
+            or "\r" in str(value) or len(str(value)) > 1023:
+        return (f"must be one value on one line of at most 1023 characters (NCCL reads "
+                f"nccl.conf line by line), got {value!r}")
+    return None
+
+
 def setting_problems(settings: Mapping[str, Any] | None) -> list[str]:
     """One sentence per setting that is not a variable NCCL reads or not one line."""
     problems = []
     for name, value in (settings or {}).items():
-        if name not in NCCL_VARIABLES:
-            problems.append(f"metalslurm:nccl.settings.{name} is not a variable NCCL reads "
-                            "(the list, with its source, is NCCL_VARIABLES in infra/nccl.py)")
-        elif value is None or isinstance(value, (dict, list)) or "\n" in str(value):
-            problems.append(f"metalslurm:nccl.settings.{name} must be one value on one line, "
-                            f"got {value!r}")
+        problem = _setting_problem(name, value)
+        if problem:
+            problems.append(f"metalslurm:nccl.settings.{name} {problem}")
     return problems
 
 

@@ -157,10 +157,10 @@ def test_bad_overrides_are_refused_with_a_sentence(hcas):
         "NCCL_IB_HCAS": "=mlx5_0", "NCCL_DEBUG": "WARN\nNCCL_IB_DISABLE=1",
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_12,mlx5_3:2"})
     assert result.problems == [
-        "gpu-001: override NCCL_IB_HCAS is not a variable NCCL reads (known: see "
-        "infra/nccl.py NCCL_VARIABLES)",
-        "gpu-001: override NCCL_DEBUG must be one line of at most 1023 characters (NCCL reads "
-        "nccl.conf line by line)",
+        "gpu-001: override NCCL_IB_HCAS is not a variable NCCL reads (the list, with its "
+        "source, is NCCL_VARIABLES in infra/nccl.py)",
+        "gpu-001: override NCCL_DEBUG must be one value on one line of at most 1023 characters "
+        "(NCCL reads nccl.conf line by line), got 'WARN\\nNCCL_IB_DISABLE=1'",
         "gpu-001: NCCL_IB_HCA override names mlx5_12, which this node does not have (it has "
         "mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7, mlx5_8, mlx5_9, "
         "mlx5_10, mlx5_11)",
