@@ -68,35 +68,13 @@ def test_inventory_keeps_the_munge_key_out(up):
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
 
 
-def test_check_mode_on_the_converged_cluster_predicts_no_change(up):
-    result = run_playbook(up.inventory, check=True, out=lambda _line: None)
-    assert result.ok, result.failures
-    assert result.changed_tasks == []
-
-
-def test_a_run_that_fails_midway_is_repaired_by_the_next(up):
-    """A bad setting fails the controller play after the node plays ran; slurm.conf is
-    left as it was and a plain re-run completes with nothing to change. That re-run is
-    also the second configure of the converged cluster (the failed run changes nothing),
-    so it is this module's idempotence check: 0 changed tasks."""
-    before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
-    failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
-        "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
-    assert not failed.ok
-    assert any("setting SchedulerParameters: value 'bf_interval=30 bf_window=60' cannot be "
-               "written unquoted" in f for f in failed.failures), failed.failures
-    after = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
-    assert after == before
-    rerun = run_playbook(up.inventory, out=lambda _line: None)
-    assert rerun.ok, rerun.failures
-    assert rerun.changed_tasks == []
-
-
-def test_the_nfs_roles_run_in_check_mode_against_real_nodes(up, tmp_path):
-    """This kernel has no NFS, so the cluster shares /home and /shared by bind mounts. The
-    NFS roles still run, in check mode, against real nodes: ctl as the server, the compute
-    nodes as clients. They must predict their changes, render their files from the real
-    nodes' facts, and leave every node untouched."""
+def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster(up,
+                                                                                 tmp_path):
+    """Check mode on the converged cluster, with shared storage switched to NFS: every
+    other role predicts no change, and the NFS roles, which this cluster cannot run (the
+    kernel has no NFS, so /home and /shared are bind mounts), predict theirs against real
+    nodes (ctl as the server, the compute nodes as clients), render their files from the
+    real nodes' facts, and leave every node untouched."""
     inventory = yaml.safe_load(up.inventory.read_text())
     inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
     inventory["all"]["children"]["nfs_server"]["hosts"] = {"ctl": None}
@@ -104,12 +82,11 @@ def test_the_nfs_roles_run_in_check_mode_against_real_nodes(up, tmp_path):
     variant.write_text(yaml.safe_dump(inventory))
     result = run_playbook(variant, check=True, diff=True, out=lambda _line: None)
     assert result.ok, result.failures
-    changed = changed_by_host(result)
-    assert {"Install the kernel NFS server", "Write the cluster's exports",
-            "Set nfsd threads and protocol versions"} <= set(changed["ctl"])
-    for node in ("gpu-001", "gpu-002"):
-        assert {"Install the NFS client", "Write a mount unit per shared path"} <= \
-            set(changed[node])
+    client = ["Install the NFS client", "Write a mount unit per shared path"]
+    assert changed_by_host(result) == {
+        "ctl": ["Install the kernel NFS server", "Write the cluster's exports",
+                "Set nfsd threads and protocol versions"],
+        "gpu-001": client, "gpu-002": client}
     exports = [after for host, task, after in result.diffs
                if (host, task) == ("ctl", "Write the cluster's exports")]
     assert [line for line in exports[0].splitlines() if not line.startswith("#")] == [
@@ -138,7 +115,21 @@ def changed_by_host(result) -> dict[str, list[str]]:
     return hosts
 
 
-def test_a_reconfigurable_change_reconfigures_without_restarts(up):
+def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures(up):
+    """A bad setting fails the controller play after the node plays ran; slurm.conf is
+    left as it was. The next run, with a good value for the same reconfigurable setting,
+    completes and changes exactly slurm.conf and 'scontrol reconfigure': the failed run left
+    nothing half-applied, and a reconfigurable change restarts nothing. (This module's
+    idempotence check, a second run with 0 changed tasks, ends the going-back test.)"""
+    before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
+    failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
+        "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
+    assert not failed.ok
+    assert any("setting SchedulerParameters: value 'bf_interval=30 bf_window=60' cannot be "
+               "written unquoted" in f for f in failed.failures), failed.failures
+    assert failed.changed_tasks == []
+    after = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
+    assert after == before
     result = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=45"}})
     assert result.ok, result.failures
@@ -181,12 +172,13 @@ def test_configure_repairs_a_broken_compute_node(up):
     broken = up.on("gpu-002", "systemctl stop slurmd && rm /etc/default/slurmd "
                    "/etc/systemd/system/slurmd.service.d/metalslurm.conf", check=False)
     assert broken.returncode == 0
-    result = run_playbook(up.inventory, out=lambda _line: None)
+    # Limited to the broken node, as an operator repairing one node would run it.
+    result = run_playbook(up.inventory, limit="gpu-002", out=lambda _line: None)
     assert result.ok, result.failures
-    assert sorted(t for h, t in result.changed_tasks if h == "gpu-002") == [
-        "Let slurmd start without a local slurm.conf (configless)",
-        "Point slurmd at the controller for its configuration",
-        "Restart slurmd",
+    assert sorted(result.changed_tasks) == [
+        ("gpu-002", "Let slurmd start without a local slurm.conf (configless)"),
+        ("gpu-002", "Point slurmd at the controller for its configuration"),
+        ("gpu-002", "Restart slurmd"),
     ]
     sinfo = up.ctl("sinfo --noheader --Node --partition=train --format='%N %T'")
     assert sinfo.stdout.split("\n")[:2] == ["gpu-001 idle", "gpu-002 idle"]
