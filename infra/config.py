@@ -26,6 +26,7 @@ import yaml
 
 from infra.accounting_config import AccountingSettings, parse_accounting
 from infra.containers import ContainerSettings, parse_containers
+from infra.health import HealthSettings, parse_health
 from infra.nccl import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
@@ -139,6 +140,9 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "ibnetdiscover), leaves, spines, blockSizes, discovery."),
     StackKey("nccl", "NCCL settings written to /etc/nccl.conf over the ones derived from each "
              "node's HCAs - enabled, settings, gpudirect, socketIfname.", {}),
+    StackKey("health", "The node health checker Slurm runs (HealthCheckProgram) - enabled, "
+             "interval, nodeState, checkTimeout, xidWindow, maxEccUncorrected, ibRateGbps, "
+             "minFreeTmpMib, minFreeCacheMib.", {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),
     StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, hosts."),
@@ -263,6 +267,7 @@ class ClusterConfig:
     containers: ContainerSettings = field(default_factory=ContainerSettings)
     topology: TopologySettings | None = None
     nccl: NcclConfig = field(default_factory=NcclConfig)
+    health: HealthSettings = field(default_factory=HealthSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -588,6 +593,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     if topology is not None:
         topology = _resolve_simulator(c, topology, provider, base_dir)
     nccl = parse_nccl(c, raw)
+    health = parse_health(c, raw)
 
     if c.problems:
         raise ConfigError(c.problems, source)
@@ -597,7 +603,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         controller_name=controller_name, compute_pools=tuple(pools),
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
-        containers=containers, topology=topology, nccl=nccl, configure=configure, byo=byo,
+        containers=containers, topology=topology, nccl=nccl, health=health, configure=configure,
+        byo=byo,
         oci=oci)
 
 

@@ -20,10 +20,11 @@ from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exi
 CLUSTER = "ms-e2e13"
 NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004"]  # gpu-003, gpu-004: elastic
 # The verify suite's skips here: per-host checks of the powered-down elastic nodes, the
-# compute-node checks on the controller, and the InfiniBand port checks, which need an HCA
-# (real hardware).
+# compute-node checks on the controller, the InfiniBand port checks, which need an HCA, and
+# the NVIDIA driver's view of the GPUs, which needs a driver (real hardware, both).
 EXPECTED_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: (gpu-00[34] is an elastic node and is "
-                           r"powered down|ctl runs no jobs|gpu-00[12] has no HCA\b.*)$")
+                           r"powered down|ctl runs no jobs|gpu-00[12] has no HCA\b.*|"
+                           r"gpu-00[12] has no NVIDIA driver \(nvidia-smi\): fake GPUs only)$")
 
 
 @pytest.fixture(scope="module")

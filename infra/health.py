@@ -1,0 +1,81 @@
+"""``metalslurm:health``: the node health checker Slurm runs (roles/slurm_health).
+
+The checker itself is ``roles/slurm_health/files/metalslurm-health`` (standard library
+only, it runs on the nodes); this module reads its settings from the stack config and
+hands them to the inventory, refusing values out of range with one sentence each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infra.schema import Collector
+from infra.schema import key as stack_key
+
+# HealthCheckNodeState's words (slurm.conf): the node states to check in, and CYCLE
+# (spread the runs over the interval instead of running every node at once).
+NODE_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
+_KEYS = ("enabled", "interval", "nodeState", "checkTimeout", "xidWindow", "maxEccUncorrected",
+         "ibRateGbps", "minFreeTmpMib", "minFreeCacheMib")
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    enabled: bool = True
+    interval: int = 300            # HealthCheckInterval, seconds
+    node_state: str = "ANY,CYCLE"  # HealthCheckNodeState
+    check_timeout: int = 10        # seconds each check may take
+    xid_window: int = 3600         # seconds an Xid error counts
+    max_ecc_uncorrected: int = 0   # volatile uncorrected ECC errors tolerated per GPU
+    ib_rate_gbps: int = 0          # the rate every InfiniBand compute port must reach; 0: any
+    min_free_tmp_mib: int = 1024
+    min_free_cache_mib: int = 10240
+
+    def inventory_vars(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "interval": self.interval,
+                "node_state": self.node_state, "check_timeout": self.check_timeout,
+                "xid_window": self.xid_window, "max_ecc_uncorrected": self.max_ecc_uncorrected,
+                "ib_rate_gbps": self.ib_rate_gbps, "min_free_tmp_mib": self.min_free_tmp_mib,
+                "min_free_cache_mib": self.min_free_cache_mib}
+
+
+def node_state_problem(value: str) -> str | None:
+    """Why ``value`` is not a HealthCheckNodeState, or None."""
+    words = [w.strip() for w in value.split(",")]
+    unknown = [w for w in words if w not in NODE_STATES]
+    if not value or unknown:
+        return (f"{value!r} is not a list of HealthCheckNodeState words (comma-separated, "
+                f"from {', '.join(NODE_STATES)})")
+    if words == ["CYCLE"]:
+        return "CYCLE only says how to spread the runs: name the states too, e.g. ANY,CYCLE"
+    return None
+
+
+def parse_health(c: Collector, raw: Mapping[str, Any]) -> HealthSettings:
+    where = stack_key("health")
+    item = c.mapping(raw, "health", where)
+    c.unknown_keys(item, _KEYS, where)
+    d = HealthSettings()
+
+    def number(name: str, default: int, minimum: int, maximum: int) -> int:
+        value = c.integer(item, name, f"{where}.{name}", default, minimum, maximum)
+        return default if value is None else value
+
+    node_state = c.string(item, "nodeState", f"{where}.nodeState", default=d.node_state) \
+        or d.node_state
+    problem = node_state_problem(node_state)
+    if problem:
+        c.problem(f"{where}.nodeState", problem)
+    # slurmd kills a HealthCheckProgram after 60 s: every check must fit well inside.
+    return HealthSettings(
+        enabled=c.boolean(item, "enabled", f"{where}.enabled", True),
+        interval=number("interval", d.interval, 0, 86400),
+        node_state=node_state,
+        check_timeout=number("checkTimeout", d.check_timeout, 1, 30),
+        xid_window=number("xidWindow", d.xid_window, 60, 7 * 86400),
+        max_ecc_uncorrected=number("maxEccUncorrected", d.max_ecc_uncorrected, 0, 1000),
+        ib_rate_gbps=number("ibRateGbps", d.ib_rate_gbps, 0, 1600),
+        min_free_tmp_mib=number("minFreeTmpMib", d.min_free_tmp_mib, 0, 1024 * 1024),
+        min_free_cache_mib=number("minFreeCacheMib", d.min_free_cache_mib, 0, 16 * 1024 * 1024))
