@@ -46,8 +46,7 @@ def test_settings_reach_the_inventory():
      "got '1G'"),
     ({"ibRateGbps": 4000}, "metalslurm:health.ibRateGbps: must be at most 1600, got 4000"),
     ({"nodeState": "ANY,BUSY"}, "metalslurm:health.nodeState: 'ANY,BUSY' is not a list of "
-     "HealthCheckNodeState words (comma-separated, from ALLOC, ANY, CYCLE, IDLE, MIXED, "
-     "NONDRAINED_IDLE)"),
+     "HealthCheckNodeState words (comma-separated, from ALLOC, ANY, CYCLE, IDLE, MIXED)"),
     ({"nodeState": "CYCLE"}, "metalslurm:health.nodeState: CYCLE only says how to spread the "
      "runs: name the states too, e.g. ANY,CYCLE"),
     ({"gpuCount": 8}, "metalslurm:health.gpuCount: unknown key"),
