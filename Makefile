@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= Pulumi.local.yaml
-APT_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client python3-venv tar
-HOST_TOOLS := podman runc debootstrap ssh ssh-keygen
+APT_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client python3-venv tar gnupg
+HOST_TOOLS := podman runc debootstrap ssh ssh-keygen gpg gpg-agent dpkg-deb
 
 .PHONY: deps host-deps up down status test lint unit e2e bench clean
 

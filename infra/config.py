@@ -26,6 +26,7 @@ import yaml
 
 from infra.accounting_config import AccountingSettings, parse_accounting
 from infra.containers import ContainerSettings, parse_containers
+from infra.gpu import GpuSettings, parse_gpu
 from infra.health import HealthSettings, parse_health
 from infra.nccl import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
@@ -143,6 +144,9 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("health", "The node health checker Slurm runs (HealthCheckProgram) - enabled, "
              "interval, nodeState, checkTimeout, xidWindow, maxEccUncorrected, ibRateGbps, "
              "minFreeTmpMib, minFreeCacheMib.", {}),
+    StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
+             "branch, version, fabricManager, fabricManagerVersion, dcgm, gpudirect, "
+             "containerToolkit, mig, rebootPolicy, repository, containerToolkitRepository.", {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),
     StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, hosts."),
@@ -268,6 +272,7 @@ class ClusterConfig:
     topology: TopologySettings | None = None
     nccl: NcclConfig = field(default_factory=NcclConfig)
     health: HealthSettings = field(default_factory=HealthSettings)
+    gpu: GpuSettings = field(default_factory=GpuSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -594,6 +599,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         topology = _resolve_simulator(c, topology, provider, base_dir)
     nccl = parse_nccl(c, raw)
     health = parse_health(c, raw)
+    gpu = parse_gpu(c, raw, os_name, sorted({p.gpu_type for p in pools if p.gpu_type}))
 
     if c.problems:
         raise ConfigError(c.problems, source)
@@ -603,8 +609,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         controller_name=controller_name, compute_pools=tuple(pools),
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
-        containers=containers, topology=topology, nccl=nccl, health=health, configure=configure,
-        byo=byo,
+        containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
+        configure=configure, byo=byo,
         oci=oci)
 
 

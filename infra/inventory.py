@@ -114,6 +114,7 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
                                 else {"source": "none"}),
         "metalslurm_nccl": cfg.nccl.inventory_vars(),
         "metalslurm_health": cfg.health.inventory_vars(),
+        "metalslurm_gpu": cfg.gpu.inventory_vars(),
         "metalslurm_elastic": {
             "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
             "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,

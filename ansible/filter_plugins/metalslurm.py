@@ -13,10 +13,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from infra import containers, inventory, nccl, slurm_versions, slurmconf, topology, wheel
+    from infra import containers, gpu, inventory, nccl, slurm_versions, slurmconf, topology, wheel
 except ImportError:  # running ansible-playbook from a checkout without 'pip install -e .'
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from infra import containers, inventory, nccl, slurm_versions, slurmconf, topology, wheel
+    from infra import containers, gpu, inventory, nccl, slurm_versions, slurmconf, topology, wheel
 
 # Operator-side build output (git-ignored), e.g. the power programs' wheel.
 BUILD_DIR = Path(__file__).resolve().parents[2] / ".metalslurm" / "build"
@@ -267,4 +267,10 @@ class FilterModule:
             "metalslurm_nccl_setting_problems": nccl.setting_problems,
             "metalslurm_nccl_conf": nccl.render_nccl_conf,
             "metalslurm_nccl_env": nccl.render_nccl_env,
+            "metalslurm_os_release": gpu.os_release,
+            "metalslurm_gpu_problems": gpu.gpu_problems,
+            "metalslurm_nvidia_driver_packages": gpu.driver_packages,
+            "metalslurm_dcgm_package": gpu.dcgm_package,
+            "metalslurm_nvidia_repositories": gpu.repositories,
+            "metalslurm_nvidia_key_problems": gpu.key_problems,
         }
