@@ -14,6 +14,7 @@ are present, DCGM, and nvidia-container-toolkit for Enroot's GPU hook.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 from infra.schema import Collector
 from infra.schema import key as stack_key
+from infra.slurmconf import compress_hostlist
 
 MODES = ("install", "preinstalled", "off")
 GPUDIRECT_CHOICES = ("auto", "dmabuf", "peermem", "off")
@@ -281,3 +283,57 @@ def parse_gpu(c: Collector, raw: Mapping[str, Any], os_name: str | None,
         else:
             c.problem(where, problem)
     return settings
+
+
+def _type_matches(gpu_type: str, product: str) -> bool:
+    """``h100`` in "NVIDIA H100 80GB HBM3", but ``a10`` not in "NVIDIA A100-SXM4-80GB"."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(gpu_type)}(?![0-9])", product,
+                     re.IGNORECASE) is not None
+
+
+def facts_problems(host: str, gpus: Sequence[Mapping[str, Any]], count: int,
+                   gpu_type: str) -> list[str]:
+    """Why the driver's view of ``host``'s GPUs (the nvidia_gpu_facts module's) is not
+    the inventory's; one sentence, naming the host."""
+    names = sorted({str(g.get("name", "")) for g in gpus})
+    if len(gpus) != count:
+        return [f"{host}: the driver sees {len(gpus)} GPUs ({', '.join(names) or 'none'}), the "
+                f"inventory says {count} {gpu_type}: fix the node (a GPU off the bus needs a "
+                f"reset or a repair) or its metalslurm_gpu_count"]
+    wrong = [n for n in names if gpu_type and not _type_matches(gpu_type, n)]
+    if wrong:
+        return [f"{host}: the driver sees {', '.join(wrong)}, not {gpu_type} as the inventory "
+                f"says: fix its metalslurm_gpu_type"]
+    return []
+
+
+def gres_gpu_records(host: str, gpus: Sequence[Mapping[str, Any]],
+                     gpu_type: str | None) -> list[dict[str, Any]]:
+    """gres.conf records for one node from its GPU facts: the device files of the GPUs
+    that share a CPU affinity together, with ``Cores=`` (Slurm core indices); GPUs whose
+    affinity is unknown without it."""
+    by_cores: dict[str, list[int]] = {}
+    for gpu in sorted(gpus, key=lambda g: int(g["minor"])):
+        by_cores.setdefault(str(gpu.get("cores") or ""), []).append(int(gpu["minor"]))
+    records = []
+    for cores, minors in by_cores.items():
+        record: dict[str, Any] = {"NodeName": host, "Name": "gpu", "Type": gpu_type,
+                                  "File": compress_hostlist(f"/dev/nvidia{m}" for m in minors)}
+        if cores:
+            record["Cores"] = cores
+        records.append(record)
+    return records
+
+
+def cached_facts(listing: str) -> dict[str, list[dict[str, Any]]]:
+    """host -> GPU facts from the controller's cache listing (``host<TAB>json`` lines)."""
+    cached = {}
+    for line in listing.splitlines():
+        host, _, text = line.partition("\t")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            cached[host] = value
+    return cached

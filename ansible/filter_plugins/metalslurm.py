@@ -96,14 +96,23 @@ def def_mem_per_cpu(nodes: list[dict]) -> int | None:
     return min(shares) if shares else None
 
 
-def gres_records(hosts: list[str], hostvars: Any) -> list[dict]:
-    """gres.conf records (one per GPU node; grouped into hostlists when rendered)."""
+def gres_records(hosts: list[str], hostvars: Any, cached: dict | None = None) -> list[dict]:
+    """gres.conf records (grouped into hostlists when rendered): from a node's GPU facts
+    (this run's, or the controller's cache for a node that is powered down now) one record
+    per set of GPUs sharing a CPU affinity, with Cores=; without facts (no driver yet, fake
+    GPUs) the inventory's count of /dev/nvidiaN files."""
     records = []
     for h in hosts:
         gpus = int(_hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
-        if gpus:
-            records.append({"NodeName": h, "Name": "gpu",
-                            "Type": _hostvar(hostvars, h, "metalslurm_gpu_type"),
+        if not gpus:
+            continue
+        gtype = _hostvar(hostvars, h, "metalslurm_gpu_type")
+        facts = (_hostvar(hostvars, h, "ansible_facts") or {}).get("metalslurm_gpus") \
+            or (cached or {}).get(h)
+        if facts and len(facts) == gpus:
+            records.extend(gpu.gres_gpu_records(h, facts, gtype))
+        else:
+            records.append({"NodeName": h, "Name": "gpu", "Type": gtype,
                             "File": slurmconf.gpu_device_files(gpus)})
     return records
 
@@ -273,4 +282,6 @@ class FilterModule:
             "metalslurm_dcgm_package": gpu.dcgm_package,
             "metalslurm_nvidia_repositories": gpu.repositories,
             "metalslurm_nvidia_key_problems": gpu.key_problems,
+            "metalslurm_gpu_facts_problems": gpu.facts_problems,
+            "metalslurm_cached_gpu_facts": gpu.cached_facts,
         }

@@ -97,3 +97,21 @@ def test_def_mem_per_cpu_is_the_smallest_nodes_share(filters):
              {"NodeName": "small", "CPUs": 16, "RealMemory": 64000}]
     assert filters.def_mem_per_cpu(nodes) == 4000
     assert filters.def_mem_per_cpu([{"NodeName": "x", "CPUs": 4}]) is None
+
+
+def test_gres_records_take_live_gpu_facts_then_the_controllers_cache_then_the_count(filters):
+    gres_records = filters.gres_records
+    facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
+    hostvars = {
+        "gpu-001": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100",
+                    "ansible_facts": {"metalslurm_gpus": facts}},
+        "gpu-002": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
+        "gpu-003": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
+        "cpu-001": {"metalslurm_gpu_count": 0}}
+    records = gres_records(["gpu-001", "gpu-002", "gpu-003", "cpu-001"], hostvars,
+                           {"gpu-003": facts, "gpu-002": facts[:7]})
+    assert [(r["NodeName"], r["File"], r.get("Cores")) for r in records] == [
+        ("gpu-001", "/dev/nvidia[0-3]", "0-55"), ("gpu-001", "/dev/nvidia[4-7]", "56-111"),
+        # cached facts for 7 GPUs of an 8-GPU node are stale: the count's files, no Cores
+        ("gpu-002", "/dev/nvidia[0-7]", None),
+        ("gpu-003", "/dev/nvidia[0-3]", "0-55"), ("gpu-003", "/dev/nvidia[4-7]", "56-111")]
