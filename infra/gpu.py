@@ -121,13 +121,13 @@ def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
         elif value and value.split(".")[0] != branch:
             problems.append(f"{name} {value} is not of branch {branch}; set branch to "
                             f"{value.split('.')[0]}, or a {branch} version")
-    if fm_version and fm_version != (version or fm_version):
+    if fm_version and not version:
+        problems.append(f"fabric_manager_version {fm_version} is set but the driver's version "
+                        f"is not: set version {fm_version} too (the fabric manager follows it)")
+    elif fm_version and fm_version != version:
         problems.append(f"fabric_manager_version {fm_version} differs from the driver's "
                         f"{version}: the fabric manager must be exactly the driver's version "
                         f"(CUDA fails with error 802 otherwise); remove it or set {version}")
-    elif fm_version and not version:
-        problems.append(f"fabric_manager_version {fm_version} is set but the driver's version "
-                        f"is not: set version {fm_version} too (the fabric manager follows it)")
     for name, choices in (("gpudirect", GPUDIRECT_CHOICES),
                           ("fabric_manager", FABRIC_MANAGER_CHOICES),
                           ("reboot_policy", REBOOT_POLICIES)):

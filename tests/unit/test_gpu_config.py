@@ -3,11 +3,10 @@ the packages and repositories the role derives, and the lspci parser it finds GP
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_module
 
 from infra import gpu
 from infra.config import parse_config
@@ -18,13 +17,7 @@ PCI = REPO / "tests" / "fixtures" / "pci"
 
 
 def _nvidia_pci():
-    spec = importlib.util.spec_from_file_location(
-        "nvidia_pci", REPO / "roles" / "nvidia_gpu" / "library" / "nvidia_pci.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nvidia_pci"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(REPO / "roles" / "nvidia_gpu" / "library" / "nvidia_pci.py", "nvidia_pci")
 
 
 def stack(os_name: str = "debian13", gpu_type: str = "h100", **gpu_keys) -> dict:

@@ -4,12 +4,11 @@ and a CPU topology tree built here, and the gres.conf records made from its fact
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_module
 
 from infra import gpu
 
@@ -19,13 +18,8 @@ GPU = REPO / "tests" / "fixtures" / "gpu"
 
 @pytest.fixture(scope="module")
 def facts_module():
-    spec = importlib.util.spec_from_file_location(
-        "nvidia_gpu_facts", REPO / "roles" / "nvidia_gpu" / "library" / "nvidia_gpu_facts.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nvidia_gpu_facts"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module(REPO / "roles" / "nvidia_gpu" / "library" / "nvidia_gpu_facts.py",
+                       "nvidia_gpu_facts")
 
 
 def dgx_cpus(root: Path) -> Path:
