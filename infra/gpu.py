@@ -291,10 +291,11 @@ def _type_matches(gpu_type: str, product: str) -> bool:
                      re.IGNORECASE) is not None
 
 
-def facts_problems(host: str, gpus: Sequence[Mapping[str, Any]], count: int,
+def facts_problems(gpus: Sequence[Mapping[str, Any]], host: str, count: int,
                    gpu_type: str) -> list[str]:
     """Why the driver's view of ``host``'s GPUs (the nvidia_gpu_facts module's) is not
-    the inventory's; one sentence, naming the host."""
+    the inventory's; one sentence, naming the host. The GPUs come first: the filter
+    ``metalslurm_gpu_facts_problems`` is applied to them."""
     names = sorted({str(g.get("name", "")) for g in gpus})
     if len(gpus) != count:
         return [f"{host}: the driver sees {len(gpus)} GPUs ({', '.join(names) or 'none'}), the "

@@ -78,17 +78,17 @@ def test_gres_lines_group_the_gpus_of_one_socket_with_their_cores(facts_module, 
 def test_a_gpu_count_or_type_other_than_the_inventorys_is_an_error_naming_the_host(
         facts_module):
     gpus = facts_module.parse_smi_xml((GPU / "dgx-h100-lost-gpu.xml").read_text())
-    assert gpu.facts_problems("gpu-007", gpus, 8, "h100") == [
+    assert gpu.facts_problems(gpus, "gpu-007", 8, "h100") == [
         "gpu-007: the driver sees 7 GPUs (NVIDIA H100 80GB HBM3), the inventory says 8 h100: "
         "fix the node (a GPU off the bus needs a reset or a repair) or its "
         "metalslurm_gpu_count"]
-    assert gpu.facts_problems("gpu-007", gpus, 7, "h100") == []
-    assert gpu.facts_problems("gpu-007", gpus, 7, "h200") == [
+    assert gpu.facts_problems(gpus, "gpu-007", 7, "h100") == []
+    assert gpu.facts_problems(gpus, "gpu-007", 7, "h200") == [
         "gpu-007: the driver sees NVIDIA H100 80GB HBM3, not h200 as the inventory says: fix "
         "its metalslurm_gpu_type"]
-    assert gpu.facts_problems("a", [{"name": "NVIDIA A100-SXM4-80GB"}], 1, "a10") != []
-    assert gpu.facts_problems("a", [{"name": "NVIDIA A10"}], 1, "a10") == []
-    assert gpu.facts_problems("a", [{"name": "NVIDIA L40S"}], 1, "l4") != []
+    assert gpu.facts_problems([{"name": "NVIDIA A100-SXM4-80GB"}], "a", 1, "a10") != []
+    assert gpu.facts_problems([{"name": "NVIDIA A10"}], "a", 1, "a10") == []
+    assert gpu.facts_problems([{"name": "NVIDIA L40S"}], "a", 1, "l4") != []
 
 
 def test_the_controllers_cache_listing_is_read_host_by_host():
