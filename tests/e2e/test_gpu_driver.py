@@ -8,18 +8,31 @@ tests/fixtures/pci: a DGX H100 with NVSwitches on gpu-001, two H100 PCIe on gpu-
 proves the key check, the repository, the branch pin, the holds, the NVSwitch gating, the
 services' enablement and order and a second run with 0 changed. No kernel module can load
 here, so the role says the nodes must be rebooted and starts no service; that is asserted
-too. Leaves the nodes as it found them (packages purged, files removed).
+too.
+
+rebootPolicy drain runs for real too (drain, wait for the node's job, reboot, return, one
+node at a time), with three more STAND-INS, each labelled where it is made: the reboot is
+the node container's systemd rebooting, which ends the container, and a watcher here
+starting it again (the server's firmware); a boot unit writing the installed driver's
+version where the role reads the running one (the kernel loading the module); and a
+stand-in nvidia-smi replaying tests/fixtures/gpu (the GPU facts, read once the driver
+"runs"). Leaves the nodes as it found them (packages purged, files removed).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import subprocess
+import threading
+import time
 
 import pytest
 
 from infra.configure import ConfigureResult, run_playbook
 from tests.e2e import nvidia_standins
-from tests.e2e.conftest import REPO
+from tests.e2e.conftest import JOB_TIMEOUT, REPO, wait_for
 
 NODES = ("gpu-001", "gpu-002")
 LSPCI = {"gpu-001": "dgx-h100-lspci.txt", "gpu-002": "h100-pcie-lspci.txt"}
@@ -35,6 +48,12 @@ FILES = ["/etc/apt/sources.list.d/metalslurm-nvidia.sources",
          "/var/lib/metalslurm/nvidia-keys",
          "/etc/systemd/system/slurmd.service.d/metalslurm-nvidia.conf",
          "/etc/systemd/system/nvidia-dcgm.service.d", STAND_IN_LSPCI]
+# The reboot test's stand-ins on the nodes (see stand_in_driver_boot).
+STAND_IN_SMI = "/usr/local/bin/nvidia-smi"
+STAND_IN_BOOT_UNIT = "/etc/systemd/system/metalslurm-e2e-standin-nvidia-module.service"
+STAND_IN_MODULE_VERSION = "/run/metalslurm-e2e-standin/nvidia-module-version"
+SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+FACTS_CACHE = "/var/lib/metalslurm/gpu-facts"
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +68,15 @@ def standin(debian13):
                           f"> {STAND_IN_LSPCI} && chmod 755 {STAND_IN_LSPCI}")
     yield debian13, repo
     for node in NODES:
-        debian13.on(node, "apt-get purge -y -qq --allow-change-held-packages "
+        debian13.on(node, f"systemctl disable --now {' '.join(SERVICES)} >/dev/null 2>&1; "
+                          "apt-get purge -y -qq --allow-change-held-packages "
                           f"{' '.join(DRIVER + FABRIC + OTHERS)} >/dev/null 2>&1; "
-                          f"rm -rf {' '.join(FILES)}; systemctl daemon-reload; "
-                          "apt-get update -qq", check=False)
+                          f"systemctl disable {STAND_IN_BOOT_UNIT.rsplit('/', 1)[1]} "
+                          f">/dev/null 2>&1; rm -rf {' '.join(FILES)} {STAND_IN_SMI} "
+                          f"{STAND_IN_BOOT_UNIT} {STAND_IN_MODULE_VERSION.rsplit('/', 1)[0]}; "
+                          "systemctl daemon-reload; apt-get update -qq", check=False)
+        debian13.ctl(f"scontrol update NodeName={node} State=RESUME 2>/dev/null", check=False)
+    debian13.ctl(f"rm -rf {FACTS_CACHE}", check=False)
     shutil.rmtree(shared, ignore_errors=True)
 
 
@@ -70,9 +94,11 @@ def settings(repo: nvidia_standins.StandinRepository, **over) -> dict:
         **over}}
 
 
-def driver_run(cluster, repo, limit: str = ",".join(NODES), **over) -> ConfigureResult:
+def driver_run(cluster, repo, limit: str = ",".join(NODES), role_vars: dict | None = None,
+               **over) -> ConfigureResult:
     return run_playbook(cluster.inventory, tags="nvidia_gpu", limit=limit,
-                        extra_vars=settings(repo, **over), out=lambda _line: None)
+                        extra_vars={**settings(repo, **over), **(role_vars or {})},
+                        out=lambda _line: None)
 
 
 def versions(cluster, node: str) -> dict[str, str]:
@@ -151,3 +177,130 @@ def test_an_exact_version_moves_the_held_driver_to_it_and_keeps_it_held(standin)
         dict.fromkeys(DRIVER, "580.65.06-1")
     assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER)
     assert "580.65.06-*" in cluster.on("gpu-002", f"cat {FILES[1]}").stdout
+
+
+class StandInPowerCycle(threading.Thread):
+    """STAND-IN for a server's firmware: a node container whose systemd was told to reboot
+    exits; this starts it again, and records when each node went off and came on."""
+
+    def __init__(self, cluster, nodes) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.nodes = cluster, nodes
+        self.events: list[tuple[float, str, str]] = []  # (time.time(), node, off|on)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for node in self.nodes:
+                if self.cluster.container_state(node) in ("exited", "stopped"):
+                    self.events.append((time.time(), node, "off"))
+                    subprocess.run(["podman", "start", f"{self.cluster.name}-{node}"],
+                                   check=True, capture_output=True)
+                    self.events.append((time.time(), node, "on"))
+            self.done.wait(1)
+
+
+def stand_in_driver_boot(cluster, shared, node: str) -> None:
+    """Two STAND-INS on ``node``: a boot unit that writes the installed driver's version
+    to a file on /run (a tmpfs, empty until the next boot) that the role reads as the
+    running driver's (nvidia_gpu_module_version_file), as the kernel would show it once
+    it loaded the module; and an nvidia-smi replaying the DGX H100 fixtures, with topo
+    -m's CPU affinity moved onto this machine's two CPUs (GPUs 0-3 on CPU 0, 4-7 on 1)."""
+    module_dir = STAND_IN_MODULE_VERSION.rsplit("/", 1)[0]
+    (shared / "standin-module.service").write_text(
+        "[Unit]\nDescription=STAND-IN (metalslurm e2e): the nvidia kernel module loaded at "
+        "boot\nBefore=nvidia-persistenced.service\n\n[Service]\nType=oneshot\n"
+        f"ExecStart=/bin/sh -c 'mkdir -p {module_dir} && dpkg-query --show "
+        f"nvidia-kernel-open-dkms | cut -f2 | sed s/-.*// > {STAND_IN_MODULE_VERSION}'\n\n"
+        "[Install]\nWantedBy=multi-user.target\n")
+    topo = (REPO / "tests" / "fixtures" / "gpu" / "dgx-h100-topo.txt").read_text()
+    (shared / "standin-topo.txt").write_text(
+        topo.replace("0-55,112-167", "0").replace("56-111,168-223", "1"))
+    shutil.copy(REPO / "tests" / "fixtures" / "gpu" / "dgx-h100-healthy.xml",
+                shared / "standin-smi.xml")
+    (shared / "standin-nvidia-smi").write_text(
+        "#!/bin/sh\n# STAND-IN nvidia-smi (metalslurm e2e): replays tests/fixtures/gpu\n"
+        'case "$*" in\n  "-q -x") exec cat /shared/e2e-nvidia/standin-smi.xml ;;\n'
+        '  "topo -m") exec cat /shared/e2e-nvidia/standin-topo.txt ;;\nesac\n')
+    cluster.on(node, f"install -m 0644 /shared/e2e-nvidia/standin-module.service "
+                     f"{STAND_IN_BOOT_UNIT} && install -m 0755 /shared/e2e-nvidia/"
+                     f"standin-nvidia-smi {STAND_IN_SMI} && systemctl daemon-reload && "
+                     f"systemctl enable {STAND_IN_BOOT_UNIT.rsplit('/', 1)[1]}")
+
+
+def node_view(cluster, node: str) -> tuple[str, str]:
+    state, _, reason = cluster.ctl(f"sinfo --noheader --Node --partition=train --nodes={node} "
+                                   "--format='%T|%E'").stdout.strip().partition("|")
+    return state, reason
+
+
+def test_drain_policy_reboots_one_node_at_a_time_after_its_job_and_returns_only_its_own_drain(
+        standin):
+    """Reboot, module loading and nvidia-smi are STAND-INS (see the module's docstring)."""
+    cluster, repo = standin
+    shared = cluster.state / "shared" / "shared" / "e2e-nvidia"
+    for node in NODES:
+        stand_in_driver_boot(cluster, shared, node)
+    job = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 30'")
+    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
+             timeout=JOB_TIMEOUT)
+    cluster.ctl("scontrol update NodeName=gpu-002 State=DRAIN Reason=maintenance")
+    power = StandInPowerCycle(cluster, NODES)
+    power.start()
+    try:
+        reboot_test_body(cluster, repo, shared, job, power)
+    finally:
+        power.done.set()
+        power.join()
+
+
+def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) -> None:
+    def run() -> ConfigureResult:
+        return driver_run(cluster, repo, reboot_policy="drain", role_vars={
+            # The container's PID 1 start time tells its boots apart (the kernel's boot
+            # ID is the host's); the stand-in boot unit's file is the running driver's.
+            "nvidia_gpu_boot_id_command": "awk '{print $22}' /proc/1/stat",
+            "nvidia_gpu_module_version_file": STAND_IN_MODULE_VERSION,
+            "nvidia_gpu_drain_poll": 5, "nvidia_gpu_reboot_timeout": 300})
+
+    result = run()
+    assert result.ok, result.failures
+    # One node at a time, in the inventory's order: gpu-002 went off once gpu-001 was back.
+    assert [(node, what) for _t, node, what in power.events] == [
+        ("gpu-001", "off"), ("gpu-001", "on"), ("gpu-002", "off"), ("gpu-002", "on")]
+    # The job on gpu-001 ran to its end before its node was rebooted.
+    assert cluster.wait_until_done(job) == "COMPLETED"
+    ended = cluster.ctl(f"SLURM_TIME_FORMAT=%s sacct --allocations --noheader --parsable2 "
+                        f"--jobs={job} --format=End").stdout.strip()
+    assert int(ended) <= power.events[0][0], (ended, power.events)
+    # Each came back on its installed driver, its services running; gpu-001 was returned,
+    # gpu-002 keeps the drain someone else set.
+    # gpu-002 keeps the version of the branch the last test moved it to (a branch alone
+    # never upgrades).
+    driver = {"gpu-001": nvidia_standins.NEWEST_OF_BRANCH, "gpu-002": "580.65.06"}
+    for node in NODES:
+        assert cluster.on(node, f"cat {STAND_IN_MODULE_VERSION}").stdout.strip() == driver[node]
+        services = SERVICES if node == "gpu-001" else [SERVICES[0], SERVICES[2]]
+        assert cluster.on(node, f"systemctl is-active {' '.join(services)} slurmd"
+                          ).stdout.split() == ["active"] * (len(services) + 1)
+    assert node_view(cluster, "gpu-001") == ("idle", "none")
+    assert node_view(cluster, "gpu-002") == ("drained", "maintenance")
+    for node in NODES:
+        assert (f"{node}: NVIDIA driver {driver[node]} is installed but the "
+                "running kernel cannot load it yet: its services are enabled, not started. "
+                "Reboot the node, which the next play does (rebootPolicy drain)."
+                ) in [" ".join(w.split()) for w in result.warnings], result.warnings
+
+    # The driver now "runs": the next run reads the GPU facts (stand-in nvidia-smi), keeps
+    # them on the controller, reboots nothing; the one after changes nothing.
+    facts_run = run()
+    assert facts_run.ok, facts_run.failures
+    assert len(power.events) == 4, power.events
+    uuids = re.findall(r"<uuid>([^<]+)</uuid>", (shared / "standin-smi.xml").read_text())
+    for node in NODES:
+        cached = json.loads(cluster.ctl(f"cat {FACTS_CACHE}/{node}.json").stdout)
+        assert [(g["minor"], g["uuid"], g["cores"]) for g in cached] == [
+            (i, uuids[i], "0" if i < 4 else "1") for i in range(8)]
+    again = run()
+    assert again.ok, again.failures
+    assert again.changed == 0, again.changed_tasks

@@ -10,6 +10,7 @@ dpkg (slurm_controller_slurm_release).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,6 +128,23 @@ def test_gres_and_cgroup_files(rendered):
     assert settings(rendered / "24.11/cgroup.conf") == {
         "CgroupPlugin": "autodetect", "ConstrainCores": "YES", "ConstrainDevices": "YES",
         "ConstrainRAMSpace": "YES"}
+
+
+def test_gres_conf_takes_the_gpu_facts_kept_on_the_controller(tmp_path):
+    """roles/nvidia_gpu keeps each GPU node's facts in the controller's cache (the e2e
+    driver test shows that); gres.conf takes per-GPU files and cores from them, also for a
+    powered-down elastic node (gpu-003), and the count's line for the nodes without."""
+    cache = tmp_path / "gpu-facts"
+    cache.mkdir()
+    facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
+    for node in ("gpu-001", "gpu-003"):
+        (cache / f"{node}.json").write_text(json.dumps(facts))
+    proc = run_render(tmp_path, ("24.11",), {"__metalslurm_gpu_facts_cache": str(cache)})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert lines(tmp_path / "24.11/gres.conf") == [
+        "NodeName=gpu-[001,003] Cores=0-55 File=/dev/nvidia[0-3] Name=gpu Type=h100",
+        "NodeName=gpu-[001,003] Cores=56-111 File=/dev/nvidia[4-7] Name=gpu Type=h100",
+        "NodeName=gpu-[002,004] File=/dev/nvidia[0-7] Name=gpu Type=h100"]
 
 
 def test_accounting_power_saving_and_scheduling_settings(rendered):
