@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shutil
 
 import pytest
@@ -78,6 +79,21 @@ def test_every_node_has_the_controllers_munge_key(configured):
 def test_multi_node_srun(configured):
     out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_an_mpi_allreduce_runs_across_both_nodes_through_pmix(configured):
+    """Slurm 22.05's PMIx plugin (slurm-wlm-basic-plugins, with the libpmix the mpi role
+    installs) starts 4 OpenMPI 4.1 ranks on 2 nodes; examples/python/mpi_allreduce.py
+    checks the reduced sum on every rank."""
+    script = (REPO / "examples/python/mpi_allreduce.py").read_text()
+    node_sh("ctl", f"mkdir -p /shared/mpi && "
+                   f"printf '%s' {quoted(script)} > /shared/mpi/allreduce.py")
+    out = node_sh("ctl", "timeout 120 srun --mpi=pmix --nodes=2 --ntasks-per-node=2 "
+                         "python3 /shared/mpi/allreduce.py")
+    assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == [
+        f"rank {r}/4 on gpu-00{r // 2 + 1}: sum 10 (want 10), count 4" for r in range(4)]
+    assert re.search(r"^allreduce ok: 4 ranks on 2 nodes \(gpu-001,gpu-002\), MPI 3\.1, "
+                     r"Open MPI v4\.1\.", out, re.M), out
 
 
 def test_a_container_step_runs_in_the_image_with_exactly_its_two_gpus(configured):

@@ -37,7 +37,8 @@ def test_every_role_of_the_playbook_is_read():
     assert {"cluster_validate", "common", "munge", "nfs_server", "nfs_client", "slurmdbd",
             "slurm_common",
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
-            "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute"} == roles
+            "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
+            "mpi"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
