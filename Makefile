@@ -34,7 +34,8 @@ status: deps
 	$(BIN)/metalslurm local status --stack $(STACK)
 
 lint: deps
-	$(BIN)/ruff check infra tests bench roles ansible __main__.py
+	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
+	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
