@@ -1,0 +1,268 @@
+"""Training workflows on the shared Debian 13 cluster: the job scripts of examples/,
+copied to shared storage and submitted by a user as the README says.
+
+What runs for real: sbatch --test-only of every script; the MPI example (OpenMPI through
+Slurm's PMIx plugin, 2 nodes); the 100-task embedding array; the 2-stage pipeline, with
+and without a failing first stage. The GPU training scripts (torchrun, DeepSpeed) need
+H100s and PyTorch: here their launcher is replaced by a probe, a stand-in program that
+prints what the real launcher would be given (labelled "probe" in every name), which
+shows the rendezvous, ranks and world size a 2-node allocation hands them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.conftest import REPO, quoted, wait_for
+
+EX = "/shared/examples"
+WORK = "/shared/training-e2e"
+PROBES = f"{WORK}/probe-bin"
+STATIC = "gpu-[001-002]"
+ELASTIC = "gpu-[003-004]"
+# Stand-ins for the launchers (not the launchers): each prints one line of what it got.
+PROBE_TORCHRUN = r"""#!/bin/bash
+# metalslurm e2e PROBE standing in for torchrun: prints its arguments and environment.
+echo "probe-torchrun host=$(hostname -s) node_rank=$SLURM_NODEID" \
+     "master=$MASTER_ADDR:$MASTER_PORT gpus=$CUDA_VISIBLE_DEVICES" \
+     "nccl_ifname=${NCCL_SOCKET_IFNAME:-unset} args=$*"
+"""
+PROBE_PYTHON = r"""#!/bin/bash
+# metalslurm e2e PROBE standing in for a training script's python: prints what it got.
+echo "probe-python host=$(hostname -s) rank=$RANK local_rank=$LOCAL_RANK" \
+     "world_size=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT args=$*"
+"""
+PROBE_DEEPSPEED = r"""#!/bin/bash
+# metalslurm e2e PROBE standing in for the deepspeed launcher: prints its hostfile and args.
+for a in "$@"; do [[ $a == --hostfile=* ]] && hostfile=${a#*=}; done
+echo "probe-deepspeed host=$(hostname -s) hostfile=[$(paste -sd, "$hostfile")] args=$*"
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(debian13):
+    """examples/ on shared storage, and a working directory alice owns."""
+    debian13.ctl(f"rm -rf {EX} {WORK}")
+    tar = subprocess.run(["tar", "-C", str(REPO), "-c", "examples"], capture_output=True,
+                         check=True).stdout
+    subprocess.run(["podman", "exec", "-i", f"{debian13.name}-ctl", "tar", "-C", "/shared",
+                    "--no-same-owner", "-x"], input=tar, check=True)
+    debian13.ctl(f"chmod -R a+rX {EX} && mkdir -p {PROBES} && chown alice {WORK}")
+    for name, text in (("torchrun", PROBE_TORCHRUN), ("python-probe", PROBE_PYTHON),
+                       ("deepspeed", PROBE_DEEPSPEED)):
+        debian13.ctl(f"printf '%s' {quoted(text)} > {PROBES}/{name} && chmod 755 {PROBES}/{name}")
+    yield debian13
+    debian13.ctl(f"rm -rf {EX} {WORK}")
+
+
+def sbatch(cluster, args: str) -> str:
+    """Submit as alice from the working directory; the job id."""
+    out = cluster.ctl(f"cd {WORK} && runuser -u alice -- sbatch --parsable {args}").stdout
+    return out.strip().split(";")[0]
+
+
+def output(cluster, path: str) -> str:
+    return cluster.ctl(f"cat {path}").stdout
+
+
+def wait_array_done(cluster, job: str, timeout: float = 600) -> list[list[str]]:
+    """Every task of array job ``job`` finished: its sacct rows (JobID, State, ExitCode)."""
+    wait_for(f"array job {job} to leave the queue",
+             lambda: cluster.ctl(f"squeue --noheader --array --jobs={job}", check=False)
+             .stdout.strip() == "", timeout=timeout)
+    return cluster.sacct_rows(job, "JobID,State,ExitCode,Start,End")
+
+
+# ---- every script is a valid Slurm job --------------------------------------------------
+
+NODES = {"torchrun-fsdp.sbatch": 2, "deepspeed-srun.sbatch": 2, "deepspeed-launcher.sbatch": 2,
+         "container-train.sbatch": 2, "mpi-allreduce.sbatch": 2, "array-embed.sbatch": 1,
+         "prepare.sbatch": 1}
+
+
+def test_every_example_job_script_is_covered_here():
+    assert sorted(NODES) == sorted(p.name for p in (REPO / "examples").glob("*.sbatch"))
+
+
+@pytest.mark.parametrize("script", sorted(NODES))
+def test_sbatch_test_only_accepts_the_example(cluster, script):
+    """Slurm parses the script's #SBATCH lines and finds a place for the job (as alice,
+    with her account and QOS) without running it; 8 fake GPUs per node stand in for H100s."""
+    proc = cluster.ctl(f"cd {WORK} && runuser -u alice -- sbatch --test-only {EX}/{script}",
+                       check=False)
+    match = re.search(r"sbatch: Job \d+ to start at \S+ using \d+ processors on nodes (\S+) "
+                      r"in partition train", proc.stderr)
+    assert match, (proc.returncode, proc.stdout, proc.stderr)
+    hosts = cluster.ctl(f"scontrol show hostnames {match.group(1)}").stdout.split()
+    assert len(hosts) == NODES[script], hosts
+
+
+# ---- the GPU training scripts, with their launcher replaced by a probe -------------------
+
+def probe_lines(text: str, prefix: str) -> list[dict[str, str]]:
+    rows = []
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            head, _, args = line.partition(" args=")
+            row = dict(field.split("=", 1) for field in head.split()[1:])
+            rows.append({**row, "args": args})
+    return rows
+
+
+def test_torchrun_example_with_a_torchrun_probe_sees_the_2_node_rendezvous(cluster):
+    job = sbatch(cluster, f"-w {STATIC} --output={WORK}/fsdp-%j.out "
+                          f"--export=ALL,PATH={PROBES}:/usr/local/bin:/usr/bin:/bin "
+                          f"{EX}/torchrun-fsdp.sbatch --steps 5")
+    assert cluster.wait_until_done(job) == "COMPLETED", output(cluster, f"{WORK}/fsdp-{job}.out")
+    rows = sorted(probe_lines(output(cluster, f"{WORK}/fsdp-{job}.out"), "probe-torchrun"),
+                  key=lambda r: r["node_rank"])
+    port = 20000 + int(job) % 20000
+    args = (f"--nnodes=2 --nproc_per_node=8 --rdzv_id={job} --rdzv_backend=c10d "
+            f"--rdzv_endpoint=gpu-001:{port} {EX}/python/train_fsdp.py --steps 5")
+    assert [(r["host"], r["node_rank"], r["master"], r["gpus"], r["args"]) for r in rows] == [
+        ("gpu-001", "0", f"gpu-001:{port}", "0,1,2,3,4,5,6,7", args),
+        ("gpu-002", "1", f"gpu-001:{port}", "0,1,2,3,4,5,6,7", args)]
+    # The node's NCCL settings (roles/nccl_ib) reached the launcher's environment.
+    assert all(r["nccl_ifname"].startswith("=") for r in rows), rows
+
+
+def test_deepspeed_srun_example_with_a_python_probe_numbers_16_ranks(cluster):
+    """srun starts 8 processes per node (--overcommit: these nodes have 2 CPUs, not 8), and
+    each gets RANK, LOCAL_RANK and WORLD_SIZE from Slurm's numbering."""
+    job = sbatch(cluster, f"-w {STATIC} --overcommit --output={WORK}/ds-%j.out "
+                          f"--export=ALL,PYTHON={PROBES}/python-probe {EX}/deepspeed-srun.sbatch")
+    assert cluster.wait_until_done(job) == "COMPLETED", output(cluster, f"{WORK}/ds-{job}.out")
+    rows = probe_lines(output(cluster, f"{WORK}/ds-{job}.out"), "probe-python")
+    port = 20000 + int(job) % 20000
+    got = sorted((int(r["rank"]), r["local_rank"], r["host"], r["world_size"], r["master"],
+                  r["args"]) for r in rows)
+    args = f"{EX}/python/train_deepspeed.py --deepspeed_config {EX}/python/ds_config.json"
+    assert got == [(rank, str(rank % 8), f"gpu-00{rank // 8 + 1}", "16", f"gpu-001:{port}", args)
+                   for rank in range(16)]
+
+
+def test_deepspeed_launcher_example_with_a_deepspeed_probe_gets_the_allocation_hostfile(cluster):
+    job = sbatch(cluster, f"-N1 -w gpu-001 --output={WORK}/dsl-%j.out "
+                          f"--export=ALL,PATH={PROBES}:/usr/local/bin:/usr/bin:/bin "
+                          f"{EX}/deepspeed-launcher.sbatch")
+    assert cluster.wait_until_done(job) == "COMPLETED", output(cluster, f"{WORK}/dsl-{job}.out")
+    port = 20000 + int(job) % 20000
+    assert probe_lines(output(cluster, f"{WORK}/dsl-{job}.out"), "probe-deepspeed") == [
+        {"host": "gpu-001", "hostfile": "[gpu-001 slots=8]",
+         "args": f"--hostfile={WORK}/hostfile-{job} --master_addr=gpu-001 --master_port={port} "
+                 f"{EX}/python/train_deepspeed.py --deepspeed_config {EX}/python/ds_config.json"}]
+
+
+def test_deepspeed_launcher_on_2_nodes_without_pdsh_stops_before_launching(cluster):
+    job = sbatch(cluster, f"-w {STATIC} --output={WORK}/dsl-%j.out "
+                          f"--export=ALL,PATH={PROBES}:/usr/local/bin:/usr/bin:/bin "
+                          f"{EX}/deepspeed-launcher.sbatch")
+    assert cluster.wait_until_done(job) == "FAILED"
+    text = output(cluster, f"{WORK}/dsl-{job}.out")
+    assert text.strip().splitlines()[-1] == (
+        "metalslurm-example: pdsh is not on PATH on gpu-001: install pdsh on the nodes, or use "
+        "deepspeed-srun.sbatch"), text
+    assert "probe-deepspeed" not in text
+    assert cluster.sacct_rows(job, "ExitCode") == [["2:0"]]
+
+
+# ---- MPI through PMIx, for real ----------------------------------------------------------
+
+def test_mpi_example_reduces_across_2_nodes_through_pmix(cluster):
+    """OpenMPI 5 ranks started by srun --mpi=pmix (Slurm 24.11's PMIx plugin, with the
+    libpmix the mpi role installs): the example checks the reduced sum on every rank."""
+    job = sbatch(cluster, f"-w {STATIC} --ntasks-per-node=2 --output={WORK}/mpi-%j.out "
+                          f"{EX}/mpi-allreduce.sbatch")
+    text = output(cluster, f"{WORK}/mpi-{job}.out") if cluster.wait_until_done(job) else ""
+    assert cluster.final_state(job) == "COMPLETED", text
+    ranks = sorted(line for line in text.splitlines() if line.startswith("rank "))
+    assert ranks == [f"rank {r}/4 on gpu-00{r // 2 + 1}: sum 10 (want 10), count 4"
+                     for r in range(4)]
+    assert re.search(r"^allreduce ok: 4 ranks on 2 nodes \(gpu-001,gpu-002\), MPI 3\.1, "
+                     r"Open MPI v5\.", text, re.M), text
+
+
+# ---- the array example, 100 tasks ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedded(cluster):
+    """The array example over a 1000-line corpus, as 100 tasks on the static nodes."""
+    cluster.ctl(f"seq 0 999 | sed 's/^/document number /' > {WORK}/corpus.txt")
+    start = time.monotonic()
+    job = sbatch(cluster, f"--array=0-99 --exclude={ELASTIC} --output={WORK}/embed-%A_%a.out "
+                          f"--export=ALL,INPUT={WORK}/corpus.txt,OUT_DIR={WORK}/emb "
+                          f"{EX}/array-embed.sbatch")
+    rows = wait_array_done(cluster, job)
+    return job, rows, time.monotonic() - start
+
+
+def test_array_example_runs_100_tasks_all_completed(embedded):
+    job, rows, _ = embedded
+    assert sorted(r[0] for r in rows) == sorted(f"{job}_{i}" for i in range(100))
+    assert {(r[1], r[2]) for r in rows} == {("COMPLETED", "0:0")}
+
+
+def test_array_example_writes_every_shard_and_embeds_every_line_once(cluster, embedded):
+    files = cluster.ctl(f"ls {WORK}/emb").stdout.split()
+    assert files == [f"shard-{i:05d}-of-00100.jsonl" for i in range(100)]
+    lines = cluster.ctl(f"cat {WORK}/emb/*.jsonl").stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert sorted(r["line"] for r in rows) == list(range(1000))
+    assert {len(r["embedding"]) for r in rows} == {64}
+
+
+def test_array_example_resubmitted_skips_a_finished_shard(cluster, embedded):
+    job = sbatch(cluster, f"--array=7 --exclude={ELASTIC} --output={WORK}/again-%A_%a.out "
+                          f"--export=ALL,INPUT={WORK}/corpus.txt,OUT_DIR={WORK}/emb,NUM_SHARDS=100 "
+                          f"{EX}/array-embed.sbatch")
+    assert [r[1] for r in wait_array_done(cluster, job)] == ["COMPLETED"]
+    assert output(cluster, f"{WORK}/again-{job}_7.out").strip() == (
+        f"shard 7: {WORK}/emb/shard-00007-of-00100.jsonl exists, nothing to do")
+
+
+def test_array_task_without_its_input_fails_with_the_setting_named(cluster):
+    job = sbatch(cluster, f"--array=0 --exclude={ELASTIC} --output={WORK}/noinput-%A_%a.out "
+                          f"{EX}/array-embed.sbatch")
+    assert [r[1:3] for r in wait_array_done(cluster, job)] == [["FAILED", "2:0"]]
+    assert output(cluster, f"{WORK}/noinput-{job}_0.out").startswith(
+        "metalslurm-example: INPUT is not set: give the text file to embed")
+
+
+# ---- the pipeline: stage 2 after stage 1, and never after a failed stage 1 ---------------
+
+def run_pipeline(cluster, workdir: str, env: str = "") -> tuple[str, str]:
+    out = cluster.ctl(f"cd {WORK} && runuser -u alice -- env {env} bash {EX}/pipeline.sh "
+                      f"{WORK}/raw.txt {workdir} 4").stdout
+    ids = re.findall(r"job (\d+)", out)
+    assert len(ids) == 3, out  # stage 1, stage 2, and stage 2's dependency on stage 1
+    assert ids[2] == ids[0], out
+    return ids[0], ids[1]
+
+
+def test_pipeline_runs_stage_2_after_stage_1_succeeded(cluster):
+    cluster.ctl(f"(seq 1 60; seq 1 60; echo; echo '   ') | sed 's/^[0-9]/text &/' > {WORK}/raw.txt"
+                f" && chown alice {WORK}/raw.txt")
+    first, second = run_pipeline(cluster, f"{WORK}/pipe-ok")
+    assert cluster.wait_until_done(first) == "COMPLETED"
+    rows = wait_array_done(cluster, second)
+    assert sorted((r[0], r[1]) for r in rows) == [(f"{second}_{i}", "COMPLETED") for i in range(4)]
+    end_first = cluster.sacct_rows(first, "End")[0][0]
+    assert all(r[3] >= end_first for r in rows), (end_first, rows)
+    assert cluster.ctl(f"wc -l < {WORK}/pipe-ok/corpus.txt").stdout.strip() == "60"
+    embedded = cluster.ctl(f"cat {WORK}/pipe-ok/embeddings/*.jsonl | wc -l").stdout.strip()
+    assert embedded == "60"
+
+
+def test_pipeline_cancels_stage_2_when_stage_1_fails(cluster):
+    """PYTHON=false makes stage 1 fail (the job's environment is the submitter's): Slurm
+    cancels stage 2 (--kill-on-invalid-dep) instead of leaving it pending forever."""
+    first, second = run_pipeline(cluster, f"{WORK}/pipe-fail", env="PYTHON=false")
+    assert cluster.wait_until_done(first) == "FAILED"
+    wait_for(f"stage 2 ({second}) to be cancelled",
+             lambda: cluster.final_state(second) == "CANCELLED", timeout=120)
+    assert cluster.ctl(f"ls {WORK}/pipe-fail").stdout.split() == ["prepare-" + first + ".out"]
