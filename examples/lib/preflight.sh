@@ -43,10 +43,10 @@ ms_require_pyxis() {
 
 # $1 is a directory every node of the job sees: it exists, this user can write it, and it
 # is under one of the paths the cluster shares (metalslurm lists them on every node in
-# /etc/metalslurm/shared-paths) or on a network file system; not on one node's local disk,
+# /etc/metalslurm-shared-paths) or on a network file system; not on one node's local disk,
 # where a checkpoint is lost to the node that resumes the job. $2 names the setting.
 ms_require_shared_dir() {
-    local dir=$1 setting=${2:-the path} list=${METALSLURM_SHARED_PATHS_FILE:-/etc/metalslurm/shared-paths}
+    local dir=$1 setting=${2:-the path} list=${METALSLURM_SHARED_PATHS_FILE:-/etc/metalslurm-shared-paths}
     local real shared fstype
     local -a paths=()
     [[ -d "$dir" ]] || ms_die "${dir} (${setting}) does not exist on $(hostname -s):" \

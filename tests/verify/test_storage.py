@@ -59,8 +59,8 @@ def test_a_file_written_on_one_compute_node_is_read_on_another(cluster, compute_
 def test_every_node_lists_the_shared_paths_for_jobs(host, host_name, cluster):
     """Jobs check their checkpoint and output directories against this list
     (examples/lib/preflight.sh): it must be the cluster's shared paths, exactly."""
-    listing = host.file("/etc/metalslurm/shared-paths")
-    assert listing.exists, f"{host_name} has no /etc/metalslurm/shared-paths"
+    listing = host.file("/etc/metalslurm-shared-paths")
+    assert listing.exists, f"{host_name} has no /etc/metalslurm-shared-paths"
     lines = [line for line in listing.content_string.splitlines()
              if line and not line.startswith("#")]
     assert lines == cluster.shared_paths, (host_name, lines)
