@@ -130,7 +130,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "one).", {}),
     StackKey("local", "Local provider only - imageSource, mirror.", {}),
     StackKey("elastic", "Power saving for elastic nodes - suspendTime, suspendTimeout, "
-             "resumeTimeout, bootTime, resumeRate, suspendRate, reconcileInterval.", {}),
+             "resumeTimeout, bootTime, resumeRate, suspendRate, reconcileInterval, "
+             "orphanAfter.", {}),
     StackKey("storage", "Shared file systems - backend, server, paths.", {}),
     StackKey("accounting", "slurmdbd accounting - database, accounts, qos, prune.", {}),
     StackKey("users", "Unix users with one UID everywhere - [{name, uid}].", []),
@@ -168,7 +169,7 @@ _PARTITION_KEYS = ("name", "pools", "default", "maxTime", "defaultTime", "option
 _PARTITION_MANAGED = {"PartitionName": "name", "Nodes": "pools", "Default": "default",
                       "MaxTime": "maxTime", "DefaultTime": "defaultTime"}
 _ELASTIC_KEYS = ("suspendTime", "suspendTimeout", "resumeTimeout", "resumeRate", "suspendRate",
-                 "bootTime", "reconcileInterval")
+                 "bootTime", "reconcileInterval", "orphanAfter")
 _STORAGE_KEYS = ("backend", "server", "paths")
 # Directories a shared file system must never be mounted over.
 SYSTEM_PATHS = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc",
@@ -234,6 +235,9 @@ class ElasticSettings:
     suspend_rate: int
     boot_time: int
     reconcile_interval: int
+    # Seconds a machine may be on while Slurm holds its node powered down before the
+    # reconciler stops it: a machine started by hand gets this long for its slurmd to register.
+    orphan_after: int
 
 
 @dataclass(frozen=True)
@@ -437,14 +441,16 @@ def _parse_elastic(c: Collector, raw: Mapping[str, Any], provider: str | None,
                           maximum=maximum)
         return default if value is None else value
 
+    resume_timeout = seconds("resumeTimeout", PROVIDER_RESUME_TIMEOUT[prov])
     settings = ElasticSettings(
         suspend_time=seconds("suspendTime", 600),
         suspend_timeout=seconds("suspendTimeout", PROVIDER_SUSPEND_TIMEOUT[prov]),
-        resume_timeout=seconds("resumeTimeout", PROVIDER_RESUME_TIMEOUT[prov]),
+        resume_timeout=resume_timeout,
         resume_rate=seconds("resumeRate", 100, minimum=0, maximum=100000),
         suspend_rate=seconds("suspendRate", 100, minimum=0, maximum=100000),
         boot_time=seconds("bootTime", PROVIDER_BOOT_SECONDS[prov]),
         reconcile_interval=seconds("reconcileInterval", 60, minimum=10, maximum=3600),
+        orphan_after=seconds("orphanAfter", resume_timeout, minimum=0),
     )
     if not any(p.elastic_count for p in pools):
         return settings
@@ -456,6 +462,10 @@ def _parse_elastic(c: Collector, raw: Mapping[str, Any], provider: str | None,
         c.problem(f"{where}.suspendTime", f"{settings.suspend_time} s is below the node boot "
                   f"time ({where}.bootTime {settings.boot_time} s): nodes would be powered off "
                   "and on again between jobs for longer than they are idle; raise suspendTime")
+    if settings.orphan_after < settings.boot_time:
+        c.problem(f"{where}.orphanAfter", f"{settings.orphan_after} s is below the node boot "
+                  f"time ({where}.bootTime {settings.boot_time} s): the reconciler would stop "
+                  "a machine started by hand before its slurmd can register; raise orphanAfter")
     return settings
 
 

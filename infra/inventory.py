@@ -119,7 +119,7 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
             "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
             "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,
             "suspend_rate": el.suspend_rate, "boot_time": el.boot_time,
-            "reconcile_interval": el.reconcile_interval,
+            "reconcile_interval": el.reconcile_interval, "orphan_after": el.orphan_after,
         },
         "metalslurm_accounting": {
             "database_host": acct.database_host or "",

@@ -98,8 +98,9 @@ def test_a_machine_on_without_slurm_is_stopped_by_the_reconciler(cluster):
     try:
         subprocess.run(["podman", "start", f"{cluster.name}-gpu-003"], check=True,
                        capture_output=True)
+        # orphanAfter (40 s) counts from the first reconcile that sees it on (every 20 s).
         wait_for("the reconciler to stop the orphan",
-                 lambda: cluster.container_state("gpu-003") != "running", timeout=90)
+                 lambda: cluster.container_state("gpu-003") != "running", timeout=150)
     finally:
         subprocess.run(["podman", "stop", "-t", "2", f"{cluster.name}-gpu-003"],
                        capture_output=True, check=False)

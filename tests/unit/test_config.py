@@ -61,6 +61,9 @@ def test_power_saving_defaults_follow_the_provider():
     assert (cfg.elastic.boot_time, cfg.elastic.resume_timeout) == (15, 120)
     assert cfg.elastic.resume_timeout > cfg.elastic.boot_time
     assert cfg.elastic.suspend_time >= cfg.elastic.boot_time
+    # A machine started by hand gets as long as a resume to register before the reconciler
+    # stops it.
+    assert cfg.elastic.orphan_after == cfg.elastic.resume_timeout
 
 
 def test_accounting_storage_and_users_are_read():
@@ -137,6 +140,9 @@ BAD = [
     (ms(computePools=[{"name": "gpu", "count": 0, "elasticCount": 2}],
         elastic={"suspendTime": 30, "bootTime": 60}),
      "metalslurm:elastic.suspendTime", "below the node boot time"),
+    (ms(computePools=[{"name": "gpu", "count": 0, "elasticCount": 2}],
+        elastic={"orphanAfter": 30, "bootTime": 60}),
+     "metalslurm:elastic.orphanAfter", "before its slurmd can register"),
     (ms(elastic={"suspendtime": 30}), "metalslurm:elastic.suspendtime", "unknown key"),
     (ms(storage={"backend": "lustre"}), "metalslurm:storage.backend", "allowed values"),
     (ms(storage={"paths": ["/etc/shared"]}), "metalslurm:storage.paths", "system directory"),

@@ -378,6 +378,20 @@ def test_reconcile_decisions(state: str, reason: str, power: str, started: float
     assert [d.action for d in got] == expected
 
 
+@pytest.mark.parametrize(("on_for", "expected"), [
+    (None, ["wait"]),  # first seen on: maybe started by hand, its slurmd may still register
+    (119, ["wait"]),
+    (120, ["power_off"]),
+])
+def test_a_machine_on_while_powered_down_gets_orphan_after_to_register(
+        on_for: float | None, expected: list[str]) -> None:
+    got = actions.decide({"n": node("IDLE+CLOUD+POWERED_DOWN")},
+                         {"n": NodeResult("n", True, power=ON)}, {}, NOW, stuck_after=600,
+                         on_since={} if on_for is None else {"n": NOW - on_for},
+                         orphan_after=120)
+    assert [d.action for d in got] == expected
+
+
 def test_reconcile_unknown_power_changes_nothing() -> None:
     got = actions.decide({"n": node("IDLE+CLOUD+POWERED_DOWN")},
                          {"n": NodeResult.failed("n", "BMC unreachable")}, {}, NOW, 600)
@@ -392,7 +406,7 @@ def test_reconcile_program(tmp_path: Path, fake: FakeSlurm) -> None:
     RecordingDriver.batches = []
     driver = RecordingDriver({}, power={"gpu-001": ON, "gpu-003": ON})
     ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002", "gpu-003"), driver,
-                  batch_size=10)
+                  batch_size=10, orphan_after=0)
     assert actions.reconcile(ctx, ["gpu-001", "gpu-002", "gpu-003"]) == 0
     assert ("off-force", ["gpu-001"]) in RecordingDriver.batches
     assert driver.power == {"gpu-001": OFF, "gpu-003": ON}
@@ -400,11 +414,34 @@ def test_reconcile_program(tmp_path: Path, fake: FakeSlurm) -> None:
     assert fake.states()["gpu-002"] == "IDLE+CLOUD+POWERED_DOWN"
 
 
+def test_reconcile_stops_a_machine_on_while_powered_down_only_after_orphan_after(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN", "gpu-002": "IDLE+CLOUD+POWERED_DOWN"})
+    RecordingDriver.batches = []
+    driver = RecordingDriver({}, power={"gpu-001": ON, "gpu-002": ON})
+    ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002"), driver, orphan_after=60)
+    actions.reconcile(ctx, ["gpu-001", "gpu-002"])
+    assert driver.power == {"gpu-001": ON, "gpu-002": ON}  # first seen on: waited for
+    state = json.loads(ctx.config.state_file.read_text())
+    first_seen = state["on_while_powered_down"]
+    assert sorted(first_seen) == ["gpu-001", "gpu-002"]
+    # gpu-002's slurmd registered meanwhile; gpu-001 is still on after orphan_after.
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN", "gpu-002": "IDLE+CLOUD"})
+    state["on_while_powered_down"]["gpu-001"] -= 61
+    ctx.config.state_file.write_text(json.dumps(state))
+    actions.reconcile(ctx, ["gpu-001", "gpu-002"])
+    assert driver.power == {"gpu-001": OFF, "gpu-002": ON}
+    assert json.loads(ctx.config.state_file.read_text())["on_while_powered_down"] == {}
+    decisions = [(e["node"], e["action"]) for e in read_log(tmp_path / "power.log")
+                 if e["event"] == "reconcile_decision"]
+    assert decisions == [("gpu-001", "wait"), ("gpu-002", "wait"), ("gpu-001", "power_off")]
+
+
 def test_reconcile_dry_run(tmp_path: Path, fake: FakeSlurm) -> None:
     fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN"})
     RecordingDriver.batches = []
     driver = RecordingDriver({}, power={"gpu-001": ON})
-    ctx = context(tmp_path, fake, local_nodes("gpu-001"), driver, dry_run=True)
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), driver, dry_run=True, orphan_after=0)
     actions.reconcile(ctx, ["gpu-001"])
     assert RecordingDriver.batches == [("status", ["gpu-001"])]
     decision = [e for e in read_log(tmp_path / "power.log")

@@ -125,6 +125,7 @@ def _locked_state(path: Path) -> Iterator[dict[str, dict[str, float]]]:
         except ValueError:
             state = {}
         state.setdefault("resume_started", {})
+        state.setdefault("on_while_powered_down", {})
         yield state
         handle.seek(0)
         handle.truncate()
@@ -140,12 +141,28 @@ def record_resume(ctx: Context, nodes: Sequence[str]) -> None:
             state["resume_started"][node] = now
 
 
-def resume_started(ctx: Context) -> dict[str, float]:
+def _state_times(ctx: Context, name: str) -> dict[str, float]:
     try:
         data = json.loads(ctx.config.state_file.read_text() or "{}")
     except (OSError, ValueError):
         return {}
-    return {k: float(v) for k, v in data.get("resume_started", {}).items()}
+    return {k: float(v) for k, v in data.get(name, {}).items()}
+
+
+def resume_started(ctx: Context) -> dict[str, float]:
+    return _state_times(ctx, "resume_started")
+
+
+def note_machines_on(ctx: Context, checked: Iterable[str], on: dict[str, float]) -> None:
+    """Remember since when each checked node's machine is on while Slurm holds it powered
+    down (``on``); forget the checked nodes that are not (any more)."""
+    if ctx.dry_run:
+        return
+    with _locked_state(ctx.config.state_file) as state:
+        seen = state["on_while_powered_down"]
+        for node in checked:
+            seen.pop(node, None)
+        seen.update(on)
 
 
 def return_to_pool(ctx: Context, nodes: Sequence[str], reason: str,
@@ -222,13 +239,31 @@ def resume_fail(ctx: Context, nodes: Sequence[str]) -> int:
 @dataclass(frozen=True)
 class Decision:
     node: str
-    action: str  # "power_off" (orphan) | "return" (stuck/failed resume) | "resume" (DOWN~ → idle~)
+    # "power_off" (orphan) | "wait" (on while powered down, within orphan_after)
+    # | "return" (stuck/failed resume) | "resume" (DOWN~ → idle~)
+    action: str
     why: str
 
 
+def _orphan(node: str, state: str, on_since: dict[str, float], now: float,
+            orphan_after: float) -> Decision:
+    """A machine on while Slurm holds its node powered down: someone may have started it by
+    hand, and its slurmd registers within a boot; stop it only after ``orphan_after``."""
+    age = now - on_since.get(node, now)
+    if age >= orphan_after:
+        return Decision(node, "power_off", f"machine on while Slurm has it {state} "
+                        f"for {age:.0f}s (orphan_after {orphan_after:.0f}s)")
+    return Decision(node, "wait", f"machine on while Slurm has it {state} for {age:.0f}s; "
+                    f"stopped after {orphan_after:.0f}s unless its slurmd registers")
+
+
 def decide(states: dict[str, NodeState], power: dict[str, NodeResult],
-           started: dict[str, float], now: float, stuck_after: float) -> list[Decision]:
-    """Reconcile decisions, from Slurm's view and the machines' power state (pure function)."""
+           started: dict[str, float], now: float, stuck_after: float,
+           on_since: dict[str, float] | None = None,
+           orphan_after: float = 0.0) -> list[Decision]:
+    """Reconcile decisions, from Slurm's view and the machines' power state (pure function).
+    ``on_since``: when each node's machine was first seen on while powered down."""
+    on_since = on_since or {}
     decisions: list[Decision] = []
     for node in sorted(states):
         s = states[node]
@@ -249,11 +284,10 @@ def decide(states: dict[str, NodeState], power: dict[str, NodeResult],
         if s.powered_down and s.down and ours:
             decisions.append(Decision(node, "resume", f"DOWN and powered down ({s.reason})"))
             if machine_on:
-                decisions.append(Decision(node, "power_off", "machine on while powered down"))
+                decisions.append(_orphan(node, s.state, on_since, now, orphan_after))
             continue
         if s.powered_down and machine_on:
-            decisions.append(Decision(node, "power_off",
-                                      f"machine on while Slurm has it {s.state}"))
+            decisions.append(_orphan(node, s.state, on_since, now, orphan_after))
             continue
         if s.down and "CLOUD" in s.flags and ours:
             decisions.append(Decision(node, "return", f"DOWN after a failed resume ({s.reason})"))
@@ -266,7 +300,12 @@ def reconcile(ctx: Context, nodes: Sequence[str]) -> int:
         ctx.log.event("reconcile_skip", node=node, phase="reconcile",
                       error="node unknown to Slurm")
     power = call_driver(ctx, "status", sorted(states))
-    decisions = decide(states, power, resume_started(ctx), time.time(), ctx.config.stuck_after)
+    now = time.time()
+    on_since = _state_times(ctx, "on_while_powered_down")
+    decisions = decide(states, power, resume_started(ctx), now, ctx.config.stuck_after,
+                       on_since, ctx.config.orphan_after)
+    note_machines_on(ctx, states, {d.node: on_since.get(d.node, now) for d in decisions
+                                   if d.action == "wait"})
     for d in decisions:
         ctx.log.event("reconcile_decision", node=d.node, phase="reconcile", action=d.action,
                       why=d.why, state=states[d.node].state, power=power[d.node].power)

@@ -9,6 +9,7 @@ Shape (YAML, or JSON, which is YAML too)::
     slurm_bin: /usr/bin
     settle_timeout: 180      # seconds to wait for slurmctld to finish a forced power down
     stuck_after: 600         # seconds a node may stay POWERING_UP with its machine off
+    orphan_after: 600        # seconds a machine may be on while its node is powered down
     nodes:
       gpu-001: {driver: local, container: ms-gpu-001, network: ms-net}
       gpu-002: {driver: redfish, endpoint: https://10.0.0.2, system_id: /redfish/v1/Systems/1}
@@ -50,6 +51,7 @@ class PowerConfig:
     slurm_bin: str = "/usr/bin"
     settle_timeout: float = 180.0
     stuck_after: float = 600.0
+    orphan_after: float = 600.0
     poll_interval: float = 2.0
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
@@ -92,7 +94,7 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
         problems.append(f"dry_run: must be true or false, got {dry_run!r}")
     numbers: dict[str, float] = {}
     for key, default in (("settle_timeout", 180.0), ("stuck_after", 600.0),
-                         ("poll_interval", 2.0)):
+                         ("orphan_after", 600.0), ("poll_interval", 2.0)):
         value = raw.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")
@@ -134,6 +136,7 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
         log_file=log_file, state_file=state_file, batch_size=batch_size, dry_run=bool(dry_run),
         slurm_bin=str(raw.get("slurm_bin", "/usr/bin") or ""),
         settle_timeout=numbers["settle_timeout"], stuck_after=numbers["stuck_after"],
-        poll_interval=numbers["poll_interval"], nodes=dict(nodes),
+        orphan_after=numbers["orphan_after"], poll_interval=numbers["poll_interval"],
+        nodes=dict(nodes),
         credentials={str(k): dict(v) for k, v in credentials.items()},
     )
