@@ -3,7 +3,9 @@ copied to shared storage and submitted by a user as the README says.
 
 What runs for real: sbatch --test-only of every script; the MPI example (OpenMPI through
 Slurm's PMIx plugin, 2 nodes); the 100-task embedding array; the 2-stage pipeline, with
-and without a failing first stage. The GPU training scripts (torchrun, DeepSpeed) need
+and without a failing first stage; the spot-safe example, a JAX training run on the CPUs
+of 2 nodes that is requeued twice and resumes from its checkpoints, and its afternotok
+follow-up. The GPU training scripts (torchrun, DeepSpeed) need
 H100s and PyTorch: here their launcher is replaced by a probe, a stand-in program that
 prints what the real launcher would be given (labelled "probe" in every name), which
 shows the rendezvous, ranks and world size a 2-node allocation hands them.
@@ -18,7 +20,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import REPO, quoted, wait_for
+from tests.e2e.conftest import JAX_ENV, REPO, WHEELHOUSE, jax_wheels, quoted, wait_for
 
 EX = "/shared/examples"
 WORK = "/shared/training-e2e"
@@ -86,7 +88,7 @@ def wait_array_done(cluster, job: str, timeout: float = 600) -> list[list[str]]:
 LOCAL_ONLY = {"deepspeed-srun.sbatch": "--ntasks-per-node=2 "}
 NODES = {"torchrun-fsdp.sbatch": 2, "deepspeed-srun.sbatch": 2, "deepspeed-launcher.sbatch": 2,
          "container-train.sbatch": 2, "mpi-allreduce.sbatch": 2, "array-embed.sbatch": 1,
-         "prepare.sbatch": 1}
+         "prepare.sbatch": 1, "spot-safe.sbatch": 2, "spot-followup.sbatch": 1}
 
 
 def test_every_example_job_script_is_covered_here():
@@ -274,3 +276,166 @@ def test_pipeline_cancels_stage_2_when_stage_1_fails(cluster):
     wait_for(f"stage 2 ({second}) to be cancelled",
              lambda: cluster.final_state(second) == "CANCELLED", timeout=120)
     assert cluster.ctl(f"ls {WORK}/pipe-fail").stdout.split() == ["prepare-" + first + ".out"]
+
+
+# ---- spot-safe: a real 2-node training run (JAX on CPUs), requeued, resumed --------------
+
+SPOT = f"{WORK}/spot"
+SPOT_STEPS = 900
+
+
+def events(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def newest_checkpoint(cluster, directory: str) -> int:
+    names = cluster.ctl(f"ls {directory} 2>/dev/null", check=False).stdout.split()
+    steps = [int(m.group(1)) for n in names if (m := re.fullmatch(r"step-(\d{8})\.npz", n))]
+    return max(steps, default=0)
+
+
+def release_requeued(cluster, job: str) -> None:
+    """Slurm holds a requeued batch job about 2 minutes (Reason=BeginTime) before it may
+    start again; an administrator may let it go at once, as the test does."""
+    wait_for(f"job {job} to be pending again",
+             lambda: cluster.job_field(job, "%T %r") == "PENDING BeginTime", timeout=60,
+             every=0.5)
+    cluster.ctl(f"scontrol update jobid={job} StartTime=now")
+
+
+@pytest.fixture(scope="module")
+def jax_env(cluster):
+    """The example's environment, built once for the cluster on shared storage by
+    setup-jax-env.sh on a compute node, from wheels this host downloaded (the nodes
+    install offline, as from a site mirror)."""
+    python = cluster.on("gpu-001", "python3 -c 'import sys; print(sys.version_info[1])'")
+    python = f"3.{python.stdout.strip()}"
+    tar = subprocess.run(["tar", "-C", str(jax_wheels(python)), "-c", "."], capture_output=True,
+                         check=True).stdout
+    cluster.ctl(f"rm -rf {JAX_ENV} {JAX_ENV}.lock {WHEELHOUSE} && mkdir -p {WHEELHOUSE}")
+    subprocess.run(["podman", "exec", "-i", f"{cluster.name}-ctl", "tar", "-C", WHEELHOUSE,
+                    "--no-same-owner", "-x"], input=tar, check=True)
+    setup = (f"srun --nodes=1 --ntasks=1 --nodelist=gpu-001 --time=10 env PIP_NO_INDEX=1 "
+             f"PIP_FIND_LINKS={WHEELHOUSE} {EX}/setup-jax-env.sh")
+    first = cluster.ctl(setup).stdout
+    again = cluster.ctl(setup).stdout
+    yield first, again
+    cluster.ctl(f"rm -rf {JAX_ENV} {JAX_ENV}.lock {WHEELHOUSE}")
+
+
+def test_the_training_environment_is_built_once_on_shared_storage(jax_env):
+    first, again = jax_env
+    assert "metalslurm-example: building /shared/envs/jax-cpu with Python 3.13" in first, first
+    assert "jax 0.12.0.1 devices [CpuDevice(id=0)]" in first, first
+    assert again.strip() == ("metalslurm-example: /shared/envs/jax-cpu is up to date "
+                             "(jax 0.12.0.1)"), again
+
+
+@pytest.fixture(scope="module")
+def spot_run(cluster, jax_env):
+    """The spot-safe example on gpu-001/002, with its afternotok follow-up: requeued by
+    scontrol in the middle (as preemption does), then sent the time-limit warning
+    (SIGUSR1, what --signal=USR1@120 sends), so it runs three times and completes."""
+    cluster.ctl(f"mkdir -p {SPOT} && cp /usr/share/common-licenses/GPL-3 {SPOT}/corpus.txt "
+                f"&& chown -R alice {SPOT}")
+    ckpt = f"{SPOT}/ckpt"
+    job = sbatch(cluster, f"-w {STATIC} --output={SPOT}/train-%j.out --export=ALL,"
+                          f"DATA={SPOT}/corpus.txt,CHECKPOINT_DIR={ckpt},STEPS={SPOT_STEPS},"
+                          f"CHECKPOINT_EVERY=50 {EX}/spot-safe.sbatch")
+    follow = sbatch(cluster, f"--dependency=afternotok:{job} --kill-on-invalid-dep=yes "
+                             f"--output={SPOT}/followup-%j.out --export=ALL,TRAIN_JOB={job} "
+                             f"{EX}/spot-followup.sbatch")
+    seen = {}  # run number: the newest checkpoint when the run was told to stop
+    for number, stop in ((1, f"scontrol requeue {job}"), (2, f"scancel --signal=USR1 {job}")):
+        # Stop each run once it has written a periodic checkpoint of its own.
+        after = newest_checkpoint(cluster, ckpt)
+        wait_for(f"run {number} to checkpoint past step {after}",
+                 lambda a=after: newest_checkpoint(cluster, ckpt) > a, timeout=180, every=0.3)
+        seen[number] = newest_checkpoint(cluster, ckpt)
+        cluster.ctl(stop)
+        release_requeued(cluster, job)
+    state = cluster.wait_until_done(job, timeout=300)
+    text = output(cluster, f"{SPOT}/train-{job}.out")
+    return job, follow, state, text, seen
+
+
+def test_spot_safe_training_completes_after_two_stops(cluster, spot_run):
+    job, _, state, text, _ = spot_run
+    assert state == "COMPLETED", text[-3000:]
+    rows = cluster.sacct_rows(job, "State,NodeList", duplicates=True)
+    assert rows == [["REQUEUED", STATIC], ["REQUEUED", STATIC], ["COMPLETED", STATIC]], rows
+    assert re.findall(r"^run (\d) of job \d+ on (\S+)$", text, re.M) == [
+        ("1", STATIC), ("2", STATIC), ("3", STATIC)]
+
+
+def test_spot_safe_runs_resume_at_the_step_after_their_checkpoint(spot_run):
+    """Each run starts from the newest checkpoint, the one written when it was told to stop
+    (SIGTERM from the requeue, SIGUSR1 from the warning), and its first step is the next
+    one: the step number continues, it never restarts."""
+    *_, text, seen = spot_run
+    log = events(text)
+    starts = [e for e in log if e["event"] == "start"]
+    assert [(e["restart_count"], e["world"]) for e in starts] == [(0, 2), (1, 2), (2, 2)]
+    assert starts[0]["resumed_from"] == 0
+    assert [e["checkpoint"] for e in starts[1:]] == ["SIGTERM", "SIGUSR1"], starts
+    for run in (1, 2):
+        resumed = starts[run]["resumed_from"]
+        assert resumed >= seen[run], (run, resumed, seen)
+        first_step = next(e["step"] for e in log[log.index(starts[run]):]
+                          if e["event"] == "step")
+        assert first_step == resumed + 1, (run, resumed, first_step)
+    steps = [e["step"] for e in log if e["event"] == "step"]
+    assert steps[-1] == SPOT_STEPS
+    assert "checkpointed before the time limit: requeueing job" in text
+
+
+def test_spot_safe_training_loss_falls(spot_run):
+    *_, text, _ = spot_run
+    losses = [e["loss"] for e in events(text) if e["event"] == "step"]
+    # From about ln(76 characters) = 4.3 at step 1 to under 2.5: it learned the text.
+    assert losses[0] > 4.0 and max(losses[-5:]) < 2.5, losses
+
+
+def test_spot_safe_ranks_hold_the_same_parameters(spot_run):
+    """Each rank's digest of its own copy of the parameters, after the first step of every
+    run and at the end: the data-parallel update keeps the two nodes' replicas equal."""
+    *_, text, _ = spot_run
+    digests: dict[int, dict[int, str]] = {}
+    for e in events(text):
+        if e["event"] == "params":
+            digests.setdefault(e["step"], {})[e["rank"]] = e["sha256"]
+    assert SPOT_STEPS in digests and len(digests) >= 4, digests
+    for step, by_rank in digests.items():
+        assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1], (step, by_rank)
+
+
+def test_afternotok_follow_up_is_cancelled_when_the_training_completes(cluster, spot_run):
+    """Two requeues are not failures: the follow-up never ran, and Slurm cancelled it once
+    the training completed (--kill-on-invalid-dep)."""
+    job, follow, *_ = spot_run
+    wait_for(f"follow-up {follow} to be cancelled",
+             lambda: cluster.final_state(follow) == "CANCELLED", timeout=120)
+    assert cluster.sacct_rows(follow, "Start") == [["None"]]
+    left = cluster.ctl(f"ls {SPOT} {WORK}").stdout.split()
+    assert f"followup-{follow}.out" not in left and f"spot-train-{job}.failed" not in left
+
+
+def test_afternotok_follow_up_runs_when_the_training_fails(cluster, jax_env):
+    """A training job that fails (its DATA is missing: the preflight stops it, exit 2):
+    the follow-up runs and reports it."""
+    job = sbatch(cluster, f"-w {STATIC} --output={SPOT}/bad-%j.out --export=ALL,"
+                          f"DATA={SPOT}/missing.txt,CHECKPOINT_DIR={SPOT}/ckpt-bad "
+                          f"{EX}/spot-safe.sbatch")
+    follow = sbatch(cluster, f"--dependency=afternotok:{job} --kill-on-invalid-dep=yes "
+                             f"--exclude={ELASTIC} --output={SPOT}/followup-%j.out "
+                             f"--export=ALL,TRAIN_JOB={job},CHECKPOINT_DIR={SPOT}/ckpt-bad "
+                             f"{EX}/spot-followup.sbatch")
+    assert cluster.wait_until_done(job) == "FAILED"
+    assert cluster.wait_until_done(follow) == "COMPLETED"
+    report = output(cluster, f"{WORK}/spot-train-{job}.failed").splitlines()
+    assert re.fullmatch(rf"training job {job} failed; follow-up {follow} on gpu-00[12]",
+                        report[0]), report
+    assert re.fullmatch(rf"{job}\|FAILED\|2:0\|gpu-\[001-002\]\|00:00:\d\d", report[1]), report
+    assert report[-1] == "newest checkpoint: none", report
+    assert output(cluster, f"{SPOT}/bad-{job}.out").startswith(
+        f"metalslurm-example: DATA {SPOT}/missing.txt is not a readable file on gpu-001")

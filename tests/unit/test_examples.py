@@ -20,17 +20,20 @@ GPU_SCRIPTS = ["torchrun-fsdp.sbatch", "deepspeed-srun.sbatch", "deepspeed-launc
                "container-train.sbatch"]
 
 # Stand-ins for Slurm's clients: each call is appended to $CALLS; srun answers --help and
-# --mpi=list from $SRUN_HELP and $SRUN_MPI_LIST, scontrol expands nothing but "gpu-[001-002]".
+# --mpi=list from $SRUN_HELP and $SRUN_MPI_LIST and a step with $SRUN_RC, scontrol expands
+# nothing but "gpu-[001-002]".
 SRUN = """#!/bin/bash
 echo "srun $*" >> "$CALLS"
 case "$1" in
     --help) printf '%s\\n' "$SRUN_HELP" ;;
     --mpi=list) printf '%s\\n' "$SRUN_MPI_LIST" ;;
+    *) exit "${SRUN_RC:-0}" ;;
 esac
 """
 SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$CALLS"
 [[ "$*" == "show hostnames gpu-[001-002]" ]] && printf 'gpu-001\\ngpu-002\\n'
+exit 0
 """
 
 
@@ -129,6 +132,66 @@ def test_the_array_script_refuses_a_job_that_is_not_an_array(slurm):
     result = slurm("array-embed.sbatch", INPUT="/etc/hostname")
     assert result.returncode == 2
     assert "not an array job: submit with --array" in result.stderr
+
+
+def spot_setup(tmp_path: Path) -> dict[str, str]:
+    """A built environment (its stamp), a corpus, and tmp_path listed as shared."""
+    env = tmp_path / "jax-env"
+    env.mkdir()
+    (env / ".metalslurm-env").write_text("0123456789abcdef\n")
+    (tmp_path / "corpus.txt").write_text("to be or not to be\n")
+    (tmp_path / "shared-paths").write_text(f"{tmp_path}\n")
+    return {"JAX_ENV": str(env), "DATA": str(tmp_path / "corpus.txt"),
+            "CHECKPOINT_DIR": str(tmp_path / "ckpt"), "SLURM_SUBMIT_DIR": str(tmp_path),
+            "SLURM_JOB_NAME": "spot-train",
+            "METALSLURM_SHARED_PATHS_FILE": str(tmp_path / "shared-paths"),
+            "NCCL_ENV_FILE": str(tmp_path / "absent")}
+
+
+def test_a_spot_job_without_the_training_environment_says_how_to_build_it(slurm, tmp_path):
+    result = slurm("spot-safe.sbatch", **{**spot_setup(tmp_path), "JAX_ENV": "/nonexistent"})
+    assert result.returncode == 2
+    assert result.stderr == (
+        "metalslurm-example: no complete training environment at /nonexistent (JAX_ENV): build "
+        f"it once with srun --nodes=1 --ntasks=1 {EXAMPLES}/setup-jax-env.sh\n")
+    assert srun_steps(slurm.calls()) == []
+
+
+@pytest.mark.parametrize(("rc", "requeued", "exit_code"), [
+    (0, False, 0),      # trained to the last step
+    (143, False, 143),  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends it
+    (138, True, 0),     # SIGUSR1, the time-limit warning: the script requeues the job itself
+    (1, False, 1),
+])
+def test_a_spot_job_requeues_itself_only_after_the_time_limit_warning(
+        slurm, tmp_path, rc, requeued, exit_code):
+    result = slurm("spot-safe.sbatch", **spot_setup(tmp_path), SRUN_RC=str(rc))
+    assert result.returncode == exit_code, result.stderr
+    [step] = srun_steps(slurm.calls())
+    assert step.startswith(f"srun --kill-on-bad-exit=1 {tmp_path}/jax-env/bin/python "
+                           f"{EXAMPLES}/python/train_charlm.py --data {tmp_path}/corpus.txt "
+                           f"--checkpoint-dir {tmp_path}/ckpt --steps 2000 --checkpoint-every 100")
+    assert ("scontrol requeue 42" in slurm.calls()) is requeued
+
+
+def test_the_follow_up_without_the_training_job_names_the_setting(slurm):
+    result = slurm("spot-followup.sbatch")
+    assert result.returncode == 2
+    assert result.stderr.startswith("metalslurm-example: TRAIN_JOB is not set")
+
+
+def test_the_environment_setup_refuses_a_python_older_than_jax_needs(slurm, tmp_path):
+    fake = tmp_path / "python-3.11"
+    fake.write_text('#!/bin/bash\n[[ "$1" == -V ]] && { echo "Python 3.11.2"; exit 0; }\nexit 1\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", str(EXAMPLES / "setup-jax-env.sh")],
+                            env={**slurm.env, "PYTHON": str(fake),
+                                 "JAX_ENV": str(tmp_path / "env")},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "metalslurm-example: Python 3.11.2 on ") and "too old for JAX 0.12" in result.stderr
+    assert not (tmp_path / "env").exists()
 
 
 def preflight(slurm, snippet: str, **env: str | None) -> subprocess.CompletedProcess:

@@ -1,0 +1,249 @@
+"""A character-level language model trained data-parallel with JAX on CPUs, across nodes.
+
+Spot-safe: it checkpoints to shared storage every --checkpoint-every steps and on SIGTERM
+(what Slurm sends on preemption, ``scontrol requeue`` and at the time limit), and a new
+run (the requeued job) resumes from the newest complete checkpoint, at the next step.
+
+One process per task (``srun --ntasks-per-node=1``): ``jax.distributed.initialize()``
+finds Slurm by itself (SLURM_STEP_NODELIST, SLURM_PROCID, SLURM_NTASKS; the coordinator
+is the step's first node, port 61440 + job id % 4096) and the processes' CPUs form one
+mesh. Each process draws its own batch, XLA sums the gradients across processes (gloo
+over TCP for CPUs, NCCL on GPUs), and every process applies the same Adam update, so the
+replicas stay equal; the script proves it by printing a digest of its parameters.
+
+The model: the previous --context characters, embedded, through one tanh layer, to the
+next character's logits. Small enough for 2 CPUs, real enough that the loss falls.
+
+Output (rank 0, JSON lines): {"event": "start", ...}, {"event": "step", "step": n,
+"loss": x} every --log-every steps, {"event": "checkpoint", "step": n}, {"event": "end"};
+every rank: {"event": "params", "rank": r, "step": n, "sha256": ...} after its first step
+and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CHECKPOINT_RE = re.compile(r"^step-(\d{8})\.npz$")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="a UTF-8 text file to learn from")
+    p.add_argument("--checkpoint-dir", required=True, help="on storage every node shares")
+    p.add_argument("--steps", type=int, default=2000, help="train until this step")
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--keep", type=int, default=3, help="checkpoints kept")
+    p.add_argument("--batch", type=int, default=64, help="sequences per process and step")
+    p.add_argument("--context", type=int, default=16)
+    p.add_argument("--embed", type=int, default=24)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    return p.parse_args(argv)
+
+
+def emit(**record: object) -> None:
+    print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def newest_checkpoint(directory: Path) -> tuple[int, Path] | None:
+    found = [(int(m.group(1)), p) for p in directory.glob("step-*.npz")
+             if (m := CHECKPOINT_RE.match(p.name))]
+    return max(found) if found else None
+
+
+def save_checkpoint(directory: Path, step: int, arrays: dict[str, np.ndarray],
+                    keep: int, why: str = "periodic") -> Path:
+    """Written under a temporary name and renamed: a run killed half-way through a write
+    leaves the previous checkpoint as the newest complete one."""
+    final = directory / f"step-{step:08d}.npz"
+    tmp = directory / f".step-{step:08d}.npz.{os.getpid()}.tmp"
+    with open(tmp, "wb") as handle:
+        np.savez(handle, step=np.int64(step), why=np.str_(why), **arrays)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, final)
+    old = sorted(p for p in directory.glob("step-*.npz") if CHECKPOINT_RE.match(p.name))
+    for stale in old[:-keep]:
+        stale.unlink(missing_ok=True)
+    return final
+
+
+def digest(leaves: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for leaf in leaves:
+        h.update(np.ascontiguousarray(leaf).tobytes())
+    return h.hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["signal"] = max(stop["signal"], signum)  # acted on between steps, by every rank
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_signal)
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    # JAX's own preemption service takes SIGTERM for itself (our handler would never run);
+    # the stop flag below does its job, for SIGUSR1 too.
+    jax.config.update("jax_enable_preemption_service", False)
+    jax.distributed.initialize()
+    rank, world = jax.process_index(), jax.process_count()
+    # Auto: XLA decides where the gradients are reduced (jax.make_mesh's default, Explicit,
+    # wants every intermediate's sharding spelled out).
+    mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    replicated, by_rank = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+
+    text = Path(args.data).read_text(encoding="utf-8")
+    vocab = sorted(set(text))
+    index = {c: i for i, c in enumerate(vocab)}
+    tokens = np.fromiter((index[c] for c in text), dtype=np.int32, count=len(text))
+    if len(tokens) <= args.context + 1:
+        print(f"train_charlm: {args.data} has {len(tokens)} characters, it needs more than "
+              f"{args.context + 1}", file=sys.stderr)
+        return 2
+    V, T, E, H = len(vocab), args.context, args.embed, args.hidden
+
+    def init_params(key: jax.Array) -> dict[str, jax.Array]:
+        k1, k2, k3 = jax.random.split(key, 3)
+        return {"embed": jax.random.normal(k1, (V, E)) * 0.1,
+                "w1": jax.random.normal(k2, (T * E, H)) / np.sqrt(T * E), "b1": jnp.zeros(H),
+                "w2": jax.random.normal(k3, (H, V)) / np.sqrt(H), "b2": jnp.zeros(V)}
+
+    def loss_fn(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
+        h = params["embed"][x].reshape(x.shape[0], T * E)
+        h = jnp.tanh(h @ params["w1"] + params["b1"])
+        logits = h @ params["w2"] + params["b2"]
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def train_step(params, m, v, step, x, y, stop_flags):  # type: ignore[no-untyped-def]
+        # x, y hold every process's batch (sharded by rank): the mean loss and its
+        # gradients are over the global batch, so XLA all-reduces the gradients.
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        b1, b2, t = 0.9, 0.999, step.astype(jnp.float32)
+        m = jax.tree.map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
+        v = jax.tree.map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
+        params = jax.tree.map(
+            lambda p, m_, v_: p - args.lr * (m_ / (1 - b1 ** t))
+            / (jnp.sqrt(v_ / (1 - b2 ** t)) + 1e-8), params, m, v)
+        # Any rank signalled: every rank stops after this same step, with the same signal
+        # (the highest number: SIGTERM, 15, over SIGUSR1, 10).
+        return params, m, v, loss, jnp.max(stop_flags)
+
+    step_fn = jax.jit(train_step, out_shardings=(replicated,) * 5)
+
+    def to_global(tree: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        return {k: jax.make_array_from_process_local_data(replicated, np.asarray(a))
+                for k, a in tree.items()}
+
+    def to_host(tree: dict[str, jax.Array]) -> dict[str, np.ndarray]:
+        return {k: np.asarray(a.addressable_data(0)) for k, a in tree.items()}
+
+    ckpt_dir = Path(args.checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    # Rank 0 picks the checkpoint and every rank loads that one, even if a newer one
+    # appeared meanwhile.
+    found = newest_checkpoint(ckpt_dir) if rank == 0 else None
+    start = int(multihost_utils.broadcast_one_to_all(np.int64(found[0] if found else 0)))
+    why = None
+    if start:
+        with np.load(ckpt_dir / f"step-{start:08d}.npz") as saved:
+            host = {k: saved[k] for k in saved.files}
+        why = str(host.pop("why", "periodic"))
+        params = to_global({k[2:]: a for k, a in host.items() if k.startswith("p/")})
+        m = to_global({k[2:]: a for k, a in host.items() if k.startswith("m/")})
+        v = to_global({k[2:]: a for k, a in host.items() if k.startswith("v/")})
+    else:
+        params = to_global({k: np.asarray(a) for k, a in
+                            init_params(jax.random.key(args.seed)).items()})
+        m = to_global({k: np.zeros(a.shape, np.float32) for k, a in params.items()})
+        v = to_global({k: np.zeros(a.shape, np.float32) for k, a in params.items()})
+    if rank == 0:
+        emit(event="start", resumed_from=start, checkpoint=why, world=world, vocab=V,
+             characters=len(tokens),
+             restart_count=int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+             job=os.environ.get("SLURM_JOB_ID"), hosts=os.environ.get("SLURM_JOB_NODELIST"))
+
+    def batch(step: int) -> tuple[jax.Array, jax.Array]:
+        # Depends on (seed, step, rank) only: a resumed run sees the batches it would have.
+        rng = np.random.default_rng([args.seed, step, rank])
+        starts = rng.integers(0, len(tokens) - T - 1, size=args.batch)
+        x = np.stack([tokens[s:s + T] for s in starts])
+        y = tokens[starts + T]
+        return (jax.make_array_from_process_local_data(by_rank, x),
+                jax.make_array_from_process_local_data(by_rank, y))
+
+    def rate(step: int) -> float | None:
+        """Steps per second since the end of this run's first step (checkpoints included)."""
+        elapsed = time.monotonic() - began
+        return round((step - start - 1) / elapsed, 2) if step > start + 1 and elapsed else None
+
+    def checkpoint(step: int, why: str = "periodic") -> None:
+        if rank == 0:
+            arrays = {**{f"p/{k}": a for k, a in to_host(params).items()},
+                      **{f"m/{k}": a for k, a in to_host(m).items()},
+                      **{f"v/{k}": a for k, a in to_host(v).items()}}
+            save_checkpoint(ckpt_dir, step, arrays, args.keep, why)
+            emit(event="checkpoint", step=step, why=why)
+        multihost_utils.sync_global_devices(f"checkpoint {step}")
+
+    step = start
+    began = 0.0  # from the end of the first step: its time is mostly compiling
+    while step < args.steps:
+        step += 1
+        x, y = batch(step)
+        flags = jax.make_array_from_process_local_data(
+            by_rank, np.array([stop["signal"]], np.int32))
+        params, m, v, loss, stop_any = step_fn(params, m, v, jnp.int32(step), x, y, flags)
+        if step == start + 1:
+            emit(event="params", rank=rank, step=step,
+                 sha256=digest(list(to_host(params).values())))
+            began = time.monotonic()
+        if rank == 0 and (step % args.log_every == 0 or step in (start + 1, args.steps)):
+            emit(event="step", step=step, loss=round(float(loss.addressable_data(0)), 4),
+                 steps_per_s=rate(step))
+        signum = int(stop_any.addressable_data(0))
+        stopping = signum != 0
+        if stopping:
+            checkpoint(step, signal.Signals(signum).name)
+        elif step % args.checkpoint_every == 0 or step == args.steps:
+            checkpoint(step)
+        if stopping:
+            if rank == 0:
+                emit(event="stopped", step=step, signal=signal.Signals(signum).name)
+            jax.distributed.shutdown()
+            # 128 + the signal, like a process it killed: 143 for SIGTERM (requeue,
+            # preemption; Slurm goes on as it decided), 138 for SIGUSR1 (the time-limit
+            # warning: the batch script requeues the job). The next run resumes at step + 1.
+            return 128 + signum
+    emit(event="params", rank=rank, step=step, sha256=digest(list(to_host(params).values())))
+    if rank == 0:
+        emit(event="end", step=step, steps_per_s=rate(step))
+    jax.distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
