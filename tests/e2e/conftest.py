@@ -106,19 +106,20 @@ cat /etc/metalslurm-e2e-image
 """
 
 
-# The CPU training example's environment (examples/setup-jax-env.sh) on the cluster.
-JAX_ENV = "/shared/envs/jax-cpu"
+# The CPU training examples' environment (examples/setup-train-env.sh) on the cluster.
+TRAIN_ENV = "/shared/envs/train-cpu"
 WHEELHOUSE = "/shared/wheelhouse"
-JAX_REQUIREMENTS = REPO / "examples/python/requirements-jax-cpu.txt"
+TRAIN_REQUIREMENTS = REPO / "examples/python/requirements-train-cpu.txt"
 
 
-def jax_wheels(python: str) -> Path:
-    """The pinned wheels of the JAX example for the nodes' CPython ``python`` ("3.13"),
-    downloaded on this host once (cached under .metalslurm/cache): the nodes install from
-    them offline, as a site without internet access would from its own mirror."""
-    cache = REPO / ".metalslurm/cache/wheels" / f"jax-cpu-py{python}"
+def train_wheels(python: str) -> Path:
+    """The pinned wheels of the CPU training examples (JAX, Ray) for the nodes' CPython
+    ``python`` ("3.13"), downloaded on this host once (cached under .metalslurm/cache): the
+    nodes install from them offline, as a site without internet access would from its own
+    mirror."""
+    cache = REPO / ".metalslurm/cache/wheels" / f"train-cpu-py{python}"
     stamp = cache / ".requirements"
-    if stamp.exists() and stamp.read_text() == JAX_REQUIREMENTS.read_text():
+    if stamp.exists() and stamp.read_text() == TRAIN_REQUIREMENTS.read_text():
         return cache
     cache.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
@@ -128,11 +129,12 @@ def jax_wheels(python: str) -> Path:
                                                   "manylinux_2_27_x86_64",
                                                   "manylinux_2_17_x86_64",
                                                   "manylinux2014_x86_64")),
-                    "--requirement", str(JAX_REQUIREMENTS), "--dest", str(cache)],
+                    "--requirement", str(TRAIN_REQUIREMENTS), "--dest", str(cache)],
                    check=False, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"pip download of {JAX_REQUIREMENTS.name} failed: {proc.stderr[-3000:]}")
-    stamp.write_text(JAX_REQUIREMENTS.read_text())
+        raise RuntimeError(f"pip download of {TRAIN_REQUIREMENTS.name} failed: "
+                           f"{proc.stderr[-3000:]}")
+    stamp.write_text(TRAIN_REQUIREMENTS.read_text())
     return cache
 
 

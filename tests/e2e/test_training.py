@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import JAX_ENV, REPO, WHEELHOUSE, jax_wheels, quoted, wait_for
+from tests.e2e.conftest import REPO, TRAIN_ENV, WHEELHOUSE, quoted, train_wheels, wait_for
 
 EX = "/shared/examples"
 WORK = "/shared/training-e2e"
@@ -88,7 +88,8 @@ def wait_array_done(cluster, job: str, timeout: float = 600) -> list[list[str]]:
 LOCAL_ONLY = {"deepspeed-srun.sbatch": "--ntasks-per-node=2 "}
 NODES = {"torchrun-fsdp.sbatch": 2, "deepspeed-srun.sbatch": 2, "deepspeed-launcher.sbatch": 2,
          "container-train.sbatch": 2, "mpi-allreduce.sbatch": 2, "array-embed.sbatch": 1,
-         "prepare.sbatch": 1, "spot-safe.sbatch": 2, "spot-followup.sbatch": 1}
+         "prepare.sbatch": 1, "spot-safe.sbatch": 2, "spot-followup.sbatch": 1,
+         "ray-sweep.sbatch": 2}
 
 
 def test_every_example_job_script_is_covered_here():
@@ -304,35 +305,35 @@ def release_requeued(cluster, job: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def jax_env(cluster):
+def train_env(cluster):
     """The example's environment, built once for the cluster on shared storage by
-    setup-jax-env.sh on a compute node, from wheels this host downloaded (the nodes
+    setup-train-env.sh on a compute node, from wheels this host downloaded (the nodes
     install offline, as from a site mirror)."""
     python = cluster.on("gpu-001", "python3 -c 'import sys; print(sys.version_info[1])'")
     python = f"3.{python.stdout.strip()}"
-    tar = subprocess.run(["tar", "-C", str(jax_wheels(python)), "-c", "."], capture_output=True,
+    tar = subprocess.run(["tar", "-C", str(train_wheels(python)), "-c", "."], capture_output=True,
                          check=True).stdout
-    cluster.ctl(f"rm -rf {JAX_ENV} {JAX_ENV}.lock {WHEELHOUSE} && mkdir -p {WHEELHOUSE}")
+    cluster.ctl(f"rm -rf {TRAIN_ENV} {TRAIN_ENV}.lock {WHEELHOUSE} && mkdir -p {WHEELHOUSE}")
     subprocess.run(["podman", "exec", "-i", f"{cluster.name}-ctl", "tar", "-C", WHEELHOUSE,
                     "--no-same-owner", "-x"], input=tar, check=True)
     setup = (f"srun --nodes=1 --ntasks=1 --nodelist=gpu-001 --time=10 env PIP_NO_INDEX=1 "
-             f"PIP_FIND_LINKS={WHEELHOUSE} {EX}/setup-jax-env.sh")
+             f"PIP_FIND_LINKS={WHEELHOUSE} {EX}/setup-train-env.sh")
     first = cluster.ctl(setup).stdout
     again = cluster.ctl(setup).stdout
     yield first, again
-    cluster.ctl(f"rm -rf {JAX_ENV} {JAX_ENV}.lock {WHEELHOUSE}")
+    cluster.ctl(f"rm -rf {TRAIN_ENV} {TRAIN_ENV}.lock {WHEELHOUSE}")
 
 
-def test_the_training_environment_is_built_once_on_shared_storage(jax_env):
-    first, again = jax_env
-    assert "metalslurm-example: building /shared/envs/jax-cpu with Python 3.13" in first, first
-    assert "jax 0.12.0.1 devices [CpuDevice(id=0)]" in first, first
-    assert again.strip() == ("metalslurm-example: /shared/envs/jax-cpu is up to date "
-                             "(jax 0.12.0.1)"), again
+def test_the_training_environment_is_built_once_on_shared_storage(train_env):
+    first, again = train_env
+    assert "metalslurm-example: building /shared/envs/train-cpu with Python 3.13" in first, first
+    assert "jax 0.12.0.1 devices [CpuDevice(id=0)] ray 2.60.0" in first, first
+    assert again.strip() == ("metalslurm-example: /shared/envs/train-cpu is up to date "
+                             "(jax 0.12.0.1 ray 2.60.0)"), again
 
 
 @pytest.fixture(scope="module")
-def spot_run(cluster, jax_env):
+def spot_run(cluster, train_env):
     """The spot-safe example on gpu-001/002, with its afternotok follow-up: requeued by
     scontrol in the middle (as preemption does), then sent the time-limit warning
     (SIGUSR1, what --signal=USR1@120 sends), so it runs three times and completes."""
@@ -420,7 +421,7 @@ def test_afternotok_follow_up_is_cancelled_when_the_training_completes(cluster, 
     assert f"followup-{follow}.out" not in left and f"spot-train-{job}.failed" not in left
 
 
-def test_afternotok_follow_up_runs_when_the_training_fails(cluster, jax_env):
+def test_afternotok_follow_up_runs_when_the_training_fails(cluster, train_env):
     """A training job that fails (its DATA is missing: the preflight stops it, exit 2):
     the follow-up runs and reports it."""
     job = sbatch(cluster, f"-w {STATIC} --output={SPOT}/bad-%j.out --export=ALL,"
@@ -439,3 +440,52 @@ def test_afternotok_follow_up_runs_when_the_training_fails(cluster, jax_env):
     assert report[-1] == "newest checkpoint: none", report
     assert output(cluster, f"{SPOT}/bad-{job}.out").startswith(
         f"metalslurm-example: DATA {SPOT}/missing.txt is not a readable file on gpu-001")
+
+
+# ---- Ray inside one allocation: a sweep over 2 nodes, and nothing left behind ------------
+
+# (The brackets keep pgrep from finding the shell that runs it.)
+RAY_PROCESSES = "pgrep -a -f '[r]aylet|[g]cs_server|[r]ay::' || true"
+
+
+def ray_processes(cluster) -> dict[str, list[str]]:
+    return {n: cluster.on(n, RAY_PROCESSES).stdout.splitlines() for n in ("gpu-001", "gpu-002")}
+
+
+def test_ray_sweep_runs_its_trials_on_both_nodes_and_leaves_no_ray_process(cluster, train_env):
+    cluster.ctl(f"mkdir -p {SPOT} && cp /usr/share/common-licenses/GPL-3 {SPOT}/ray-corpus.txt")
+    job = sbatch(cluster, f"-w {STATIC} --output={WORK}/ray-%j.out "
+                          f"--export=ALL,DATA={SPOT}/ray-corpus.txt {EX}/ray-sweep.sbatch")
+    state = cluster.wait_until_done(job)
+    text = output(cluster, f"{WORK}/ray-{job}.out")
+    assert state == "COMPLETED", text[-3000:]
+    log = events(text)
+    assert [e for e in log if e["event"] == "cluster"] == [
+        {"event": "cluster", "nodes": 2, "cpus": 4}]
+    trials = [e for e in log if e["event"] == "trial"]
+    assert [t["lr"] for t in trials] == [1, 3, 10, 30, 100, 300, 1000, 3000]
+    assert {t["host"] for t in trials} == {"gpu-001", "gpu-002"}, trials
+    [best] = [e for e in log if e["event"] == "best"]
+    lowest = min(trials, key=lambda t: t["loss"])
+    assert (best["lr"], best["loss"]) == (lowest["lr"], lowest["loss"])
+    # The sweep found something: a middle learning rate beats both ends of the grid, and
+    # the largest diverges (above the ln(76) = 4.3 of a uniform guess).
+    assert best["lr"] not in (1, 3000) and trials[-1]["loss"] > 4.3, trials
+    assert ray_processes(cluster) == {"gpu-001": [], "gpu-002": []}
+
+
+def test_a_cancelled_ray_sweep_leaves_no_ray_process(cluster, train_env):
+    cluster.ctl(f"mkdir -p {SPOT} && cp /usr/share/common-licenses/GPL-3 {SPOT}/ray-corpus.txt")
+    job = sbatch(cluster, f"-w {STATIC} --output={WORK}/ray-cancel-%j.out "
+                          f"--export=ALL,DATA={SPOT}/ray-corpus.txt,"
+                          f"SWEEP_ARGS='--steps 10000000' {EX}/ray-sweep.sbatch")
+    wait_for("the Ray cluster to run the trials",
+             lambda: '"event": "cluster"' in cluster.ctl(f"cat {WORK}/ray-cancel-{job}.out",
+                                                         check=False).stdout,
+             timeout=180)
+    running = ray_processes(cluster)
+    assert all(any("raylet" in p for p in procs) for procs in running.values()), running
+    cluster.ctl(f"scancel {job}")
+    assert cluster.wait_until_done(job) == "CANCELLED by 0"  # root's scancel
+    wait_for("every Ray process to be gone",
+             lambda: ray_processes(cluster) == {"gpu-001": [], "gpu-002": []}, timeout=60)

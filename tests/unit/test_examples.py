@@ -141,7 +141,7 @@ def spot_setup(tmp_path: Path) -> dict[str, str]:
     (env / ".metalslurm-env").write_text("0123456789abcdef\n")
     (tmp_path / "corpus.txt").write_text("to be or not to be\n")
     (tmp_path / "shared-paths").write_text(f"{tmp_path}\n")
-    return {"JAX_ENV": str(env), "DATA": str(tmp_path / "corpus.txt"),
+    return {"TRAIN_ENV": str(env), "DATA": str(tmp_path / "corpus.txt"),
             "CHECKPOINT_DIR": str(tmp_path / "ckpt"), "SLURM_SUBMIT_DIR": str(tmp_path),
             "SLURM_JOB_NAME": "spot-train",
             "METALSLURM_SHARED_PATHS_FILE": str(tmp_path / "shared-paths"),
@@ -149,11 +149,11 @@ def spot_setup(tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_spot_job_without_the_training_environment_says_how_to_build_it(slurm, tmp_path):
-    result = slurm("spot-safe.sbatch", **{**spot_setup(tmp_path), "JAX_ENV": "/nonexistent"})
+    result = slurm("spot-safe.sbatch", **{**spot_setup(tmp_path), "TRAIN_ENV": "/nonexistent"})
     assert result.returncode == 2
     assert result.stderr == (
-        "metalslurm-example: no complete training environment at /nonexistent (JAX_ENV): build "
-        f"it once with srun --nodes=1 --ntasks=1 {EXAMPLES}/setup-jax-env.sh\n")
+        "metalslurm-example: no complete training environment at /nonexistent (TRAIN_ENV): build "
+        f"it once with srun --nodes=1 --ntasks=1 {EXAMPLES}/setup-train-env.sh\n")
     assert srun_steps(slurm.calls()) == []
 
 
@@ -184,9 +184,9 @@ def test_the_environment_setup_refuses_a_python_older_than_jax_needs(slurm, tmp_
     fake = tmp_path / "python-3.11"
     fake.write_text('#!/bin/bash\n[[ "$1" == -V ]] && { echo "Python 3.11.2"; exit 0; }\nexit 1\n')
     fake.chmod(0o755)
-    result = subprocess.run(["bash", str(EXAMPLES / "setup-jax-env.sh")],
+    result = subprocess.run(["bash", str(EXAMPLES / "setup-train-env.sh")],
                             env={**slurm.env, "PYTHON": str(fake),
-                                 "JAX_ENV": str(tmp_path / "env")},
+                                 "TRAIN_ENV": str(tmp_path / "env")},
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert result.stderr.startswith(

@@ -31,5 +31,5 @@ def test_compute_nodes_have_openmpi_and_mpi4py(host, host_name, cluster):
         pytest.skip(f"{host_name} runs no jobs")
     assert host.run("python3 -c 'import mpi4py'").rc == 0, f"{host_name}: no mpi4py"
     assert host.exists("mpicc") and host.exists("ompi_info"), f"{host_name}: no OpenMPI"
-    # Users build their jobs' environments where the jobs run (examples/setup-jax-env.sh).
+    # Users build their jobs' environments where the jobs run (examples/setup-train-env.sh).
     assert host.run("python3 -c 'import ensurepip, venv'").rc == 0, f"{host_name}: no venv"
