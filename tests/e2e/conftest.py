@@ -271,6 +271,19 @@ class LocalStack:
         state = rows[-1][0] if rows else ""
         return state if state and state not in ("PENDING", "RUNNING", "REQUEUED") else None
 
+    def release_requeued(self, job: str, within: float = 60) -> None:
+        """Slurm holds a requeued batch job about 2 minutes (squeue reason BeginTime) before
+        it may start again; let it go now, as an administrator can. Waits up to ``within``
+        seconds for the hold (a job that is running or finished needs nothing; one pending
+        for another reason is let go all the same, which changes nothing for it)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            state = self.job_field(job, "%T %r")
+            if state == "PENDING BeginTime" or not state.startswith("PENDING"):
+                break
+            time.sleep(0.5)
+        self.ctl(f"scontrol update jobid={job} StartTime=now", check=False)
+
     def wait_until_done(self, job: str, timeout: float = JOB_TIMEOUT) -> str:
         return wait_for(f"job {job} to finish", lambda: self.final_state(job), timeout=timeout)
 

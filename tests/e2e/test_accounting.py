@@ -87,6 +87,7 @@ def test_a_priority_job_preempts_a_train_job_which_is_requeued_and_completes(clu
     assert cluster.wait_until_done(urgent) == "COMPLETED"
     restarts = cluster.ctl(f"scontrol show job {train}").stdout
     assert "Restarts=1" in restarts, restarts
+    cluster.release_requeued(train)
     assert cluster.wait_until_done(train, timeout=600) == "COMPLETED"
     states = [r[0] for r in cluster.sacct_rows(train, "State", duplicates=True)]
     assert states[0] in ("PREEMPTED", "REQUEUED") and states[-1] == "COMPLETED", states

@@ -56,6 +56,8 @@ def test_a_failed_resume_returns_the_node_to_the_pool_and_the_job_runs_after_a_r
                  lambda: cluster.slurm_state("gpu-004") == "idle~", timeout=90)
     finally:
         subprocess.run(["podman", "rename", away, node], check=True)
+    # The job was requeued when its node went back to the pool.
+    cluster.release_requeued(job)
     assert cluster.wait_until_done(job, timeout=400) == "COMPLETED"
     [[nodelist]] = cluster.sacct_rows(job, "NodeList")
     assert nodelist == "gpu-004"

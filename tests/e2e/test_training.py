@@ -295,15 +295,6 @@ def newest_checkpoint(cluster, directory: str) -> int:
     return max(steps, default=0)
 
 
-def release_requeued(cluster, job: str) -> None:
-    """Slurm holds a requeued batch job about 2 minutes (Reason=BeginTime) before it may
-    start again; an administrator may let it go at once, as the test does."""
-    wait_for(f"job {job} to be pending again",
-             lambda: cluster.job_field(job, "%T %r") == "PENDING BeginTime", timeout=60,
-             every=0.5)
-    cluster.ctl(f"scontrol update jobid={job} StartTime=now")
-
-
 @pytest.fixture(scope="module")
 def train_env(cluster):
     """The example's environment, built once for the cluster on shared storage by
@@ -354,7 +345,10 @@ def spot_run(cluster, train_env):
                  lambda a=after: newest_checkpoint(cluster, ckpt) > a, timeout=180, every=0.3)
         seen[number] = newest_checkpoint(cluster, ckpt)
         cluster.ctl(stop)
-        release_requeued(cluster, job)
+        wait_for(f"job {job} to be pending again",
+                 lambda: cluster.job_field(job, "%T %r") == "PENDING BeginTime", timeout=60,
+                 every=0.5)
+        cluster.release_requeued(job)
     state = cluster.wait_until_done(job, timeout=300)
     text = output(cluster, f"{SPOT}/train-{job}.out")
     return job, follow, state, text, seen
