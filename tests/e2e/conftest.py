@@ -122,15 +122,14 @@ def train_wheels(python: str) -> Path:
     if stamp.exists() and stamp.read_text() == TRAIN_REQUIREMENTS.read_text():
         return cache
     cache.mkdir(parents=True, exist_ok=True)
+    platforms = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                 "manylinux2014_x86_64")
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
-                    "--disable-pip-version-check", "--only-binary=:all:",
-                    "--python-version", python, "--implementation", "cp",
-                    *(f"--platform={p}" for p in ("manylinux_2_28_x86_64",
-                                                  "manylinux_2_27_x86_64",
-                                                  "manylinux_2_17_x86_64",
-                                                  "manylinux2014_x86_64")),
-                    "--requirement", str(TRAIN_REQUIREMENTS), "--dest", str(cache)],
-                   check=False, capture_output=True, text=True, timeout=900)
+                           "--disable-pip-version-check", "--only-binary=:all:",
+                           "--python-version", python, "--implementation", "cp",
+                           *(f"--platform={p}" for p in platforms),
+                           "--requirement", str(TRAIN_REQUIREMENTS), "--dest", str(cache)],
+                          check=False, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"pip download of {TRAIN_REQUIREMENTS.name} failed: "
                            f"{proc.stderr[-3000:]}")

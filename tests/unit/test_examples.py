@@ -136,7 +136,7 @@ def test_the_array_script_refuses_a_job_that_is_not_an_array(slurm):
 
 def spot_setup(tmp_path: Path) -> dict[str, str]:
     """A built environment (its stamp), a corpus, and tmp_path listed as shared."""
-    env = tmp_path / "jax-env"
+    env = tmp_path / "train-env"
     env.mkdir()
     (env / ".metalslurm-env").write_text("0123456789abcdef\n")
     (tmp_path / "corpus.txt").write_text("to be or not to be\n")
@@ -168,7 +168,7 @@ def test_a_spot_job_requeues_itself_only_after_the_time_limit_warning(
     result = slurm("spot-safe.sbatch", **spot_setup(tmp_path), SRUN_RC=str(rc))
     assert result.returncode == exit_code, result.stderr
     [step] = srun_steps(slurm.calls())
-    assert step.startswith(f"srun --kill-on-bad-exit=1 {tmp_path}/jax-env/bin/python "
+    assert step.startswith(f"srun --kill-on-bad-exit=1 {tmp_path}/train-env/bin/python "
                            f"{EXAMPLES}/python/train_charlm.py --data {tmp_path}/corpus.txt "
                            f"--checkpoint-dir {tmp_path}/ckpt --steps 2000 --checkpoint-every 100")
     assert ("scontrol requeue 42" in slurm.calls()) is requeued
