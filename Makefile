@@ -18,10 +18,11 @@ host-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
 
-$(VENV)/.installed: pyproject.toml constraints.txt roles/slurm_elastic/files/metalslurm-power/pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt ansible/collections/pyproject.toml \
+		roles/slurm_elastic/files/metalslurm-power/pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
-	$(BIN)/pip install -q -e roles/slurm_elastic/files/metalslurm-power
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' -e ansible/collections \
+		-e roles/slurm_elastic/files/metalslurm-power
 	touch $@
 
 up: deps
@@ -40,8 +41,12 @@ lint: deps
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
+# Unit tests: the operator side (tests/unit, tests/pulumi), each role's own (roles/*/tests/unit)
+# and the collection's (its tests/unit). No container, no network.
+UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collections/metalslurm/cluster/tests
+
 unit: deps
-	$(BIN)/pytest tests/unit tests/pulumi
+	$(BIN)/pytest $(UNIT_TESTS)
 
 e2e: deps
 	$(BIN)/pytest tests/e2e --durations=20

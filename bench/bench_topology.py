@@ -29,7 +29,15 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from infra import slurmconf, topology
+from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    ibnetdiscover,
+    slurmconf,
+    topology,
+    topology_conf,
+    topology_fabric,
+)
+
+from tests.synthetic_fabric import synthetic_fat_tree
 
 REPO = Path(__file__).resolve().parents[1]
 SUPERPOD = REPO / "tests/fixtures/ib/dgx-h100-superpod.ibnetdiscover"
@@ -47,13 +55,13 @@ def best_of(repeat: int, run: Callable[[], object]) -> tuple[float, object]:
 
 
 def fabric_conf(text: str, nodes: list[str]) -> str:
-    found = topology.tree_from_fabric(topology.parse_ibnetdiscover(text), nodes)
-    return topology.render_topology_conf(found.topology)
+    found = topology_fabric.tree_from_fabric(ibnetdiscover.parse_ibnetdiscover(text), nodes)
+    return topology_conf.render_topology_conf(found.topology)
 
 
 def superpod_nodes(text: str) -> list[str]:
-    fabric = topology.parse_ibnetdiscover(text)
-    hosts = {topology.host_of(ca.description) for ca in fabric.cas.values()}
+    fabric = ibnetdiscover.parse_ibnetdiscover(text)
+    hosts = {ibnetdiscover.host_of(ca.description) for ca in fabric.cas.values()}
     return sorted(h for h in hosts if h and "-dgx-" in h)
 
 
@@ -74,7 +82,7 @@ def slurm_and_topology_conf(count: int) -> str:
     leaves = [{"name": f"leaf{i // 32 + 1:03d}", "nodes": names[i:i + 32],
                "spine": f"spine{(i // 32) % 8 + 1}"} for i in range(0, count, 32)]
     tree = topology.topology_from_config(leaves, [f"spine{k}" for k in range(1, 9)], names)
-    return slurm_conf + topology.render_topology_conf(tree)
+    return slurm_conf + topology_conf.render_topology_conf(tree)
 
 
 def main() -> int:
@@ -88,7 +96,7 @@ def main() -> int:
     cases: list[tuple[str, Callable[[], object]]] = [
         ("(a) SuperPOD recording: parse + tree + render", lambda: fabric_conf(superpod, dgx))]
     for rails in (8, 1):
-        text = topology.synthetic_fat_tree(2000, rails=rails)
+        text = synthetic_fat_tree(2000, rails=rails)
         nodes = [f"node-{i:05d}" for i in range(1, 2001)]
         cases.append((f"(b) synthetic fat tree, 2,000 hosts, {rails} rail(s): parse + tree "
                       "+ render", partial(fabric_conf, text, nodes)))

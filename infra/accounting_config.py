@@ -13,8 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
+    SlurmConfError,
+    slurm_time_seconds,
+)
+
 from infra.schema import USER_NAME_RE, Collector, key
-from infra.slurmconf import SlurmConfError, slurm_time_seconds
 
 # Slurm account and QOS names: what sacctmgr accepts without quoting.
 ACCOUNT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")

@@ -196,9 +196,15 @@ def cmd_topology_discover(args: argparse.Namespace) -> int:
 
 def cmd_topology_from_file(args: argparse.Namespace) -> int:
     """topology.conf from a saved ibnetdiscover output, printed; the report on stderr."""
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
+        expand_hostlist,
+    )
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology import TopologyError
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_fabric import (
+        discovered_topology,
+    )
+
     from infra.inventory import inventory_view
-    from infra.slurmconf import expand_hostlist
-    from infra.topology import TopologyError, discovered_topology
 
     if args.inventory:
         view = inventory_view(yaml.safe_load(args.inventory.read_text()))
@@ -218,8 +224,11 @@ def cmd_topology_from_file(args: argparse.Namespace) -> int:
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+        distro_slurm,
+    )
+
     from infra.providers.byo_config import OS_RELEASES
-    from infra.slurm_versions import distro_slurm
 
     cfg = load_stack_file(args.stack_file)
     slurm = distro_slurm(*OS_RELEASES[cfg.os]).slurm.release

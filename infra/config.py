@@ -23,12 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
+    SlurmConfError,
+    shorter_time,
+    slurm_time_seconds,
+    slurm_value,
+)
 
 from infra.accounting_config import AccountingSettings, parse_accounting
-from infra.containers import ContainerSettings, parse_containers
-from infra.gpu import GpuSettings, parse_gpu
+from infra.containers_config import ContainerSettings, parse_containers
+from infra.gpu_config import GpuSettings, parse_gpu
 from infra.health import HealthSettings, parse_health
-from infra.nccl import NcclConfig, parse_nccl
+from infra.nccl_config import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
 from infra.providers.oci_config import OciSettings, parse_oci
@@ -41,10 +47,10 @@ from infra.schema import (
     USER_NAME_RE,
     Collector,
     ConfigError,
+    gpu_type_problem,
     key,
 )
-from infra.slurmconf import SlurmConfError, shorter_time, slurm_time_seconds, slurm_value
-from infra.topology import TopologySettings, parse_topology_settings
+from infra.topology_config import TopologySettings, parse_topology_settings
 
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
@@ -321,9 +327,8 @@ def _parse_pool(c: Collector, pkey: str, item: Mapping[str, Any]) -> ComputePool
     gpu_count = c.integer(item, "gpuCount", f"{pkey}.gpuCount", default=0, minimum=0,
                           maximum=MAX_GPUS_PER_NODE)
     gpu_type = item.get("gpuType")
-    if gpu_type is not None and gpu_type not in GPU_TYPES:
-        c.problem(f"{pkey}.gpuType", f"{gpu_type!r} is not one of the allowed values: "
-                  f"{', '.join(GPU_TYPES)}")
+    if gpu_type is not None and gpu_type_problem(gpu_type):
+        c.problem(f"{pkey}.gpuType", str(gpu_type_problem(gpu_type)))
         gpu_type = None
     elif gpu_count and gpu_type is None:
         c.problem(f"{pkey}.gpuType", f"pool has gpuCount {gpu_count} but no gpuType; "

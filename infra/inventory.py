@@ -18,28 +18,25 @@ Host variables (set once, under ``all.hosts``):
 ``metalslurm_switch`` (optional leaf switch), ``metalslurm_power`` (``{driver: ..., ...}``,
 non-secret parameters only).
 
-The same :func:`inventory_problems` runs on the operator side (before a provider
-writes an inventory) and inside the playbook's first play (through the
-``metalslurm_inventory_problems`` filter), so a hand-written inventory gets the
-same checks.
+The contract's rules (:func:`inventory_problems`, in the ``metalslurm.cluster``
+collection's ``module_utils/inventory_contract.py``) run here, before a provider writes an
+inventory, and in the playbook's first play (the cluster_validate role, through the
+collection's ``inventory_problems`` filter), so a hand-written inventory gets the same
+checks.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from infra.config import ClusterConfig
-from infra.schema import GPU_TYPES, MAX_GPUS_PER_NODE, NODE_NAME_RE
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    GROUPS,
+    inventory_problems,
+)
 
-GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
-NODE_STATES = ("static", "cloud")
-# nfs: exported by the nfs_server host, mounted by the others; host-bind: the local
-# provider bind-mounts one host directory per path into every node (kernels without
-# NFS); none: no shared file system.
-SHARED_STORAGE = ("nfs", "host-bind", "none")
+from infra.config import ClusterConfig
 
 
 @dataclass(frozen=True)
@@ -175,114 +172,3 @@ def inventory_view(inventory: Mapping[str, Any]) -> dict[str, Any]:
     return {"groups": groups, "hostvars": hostvars}
 
 
-def _get(hostvars: Mapping[str, Any], host: str, key: str, default: Any = None) -> Any:
-    try:
-        return hostvars[host].get(key, default)
-    except (KeyError, AttributeError):
-        return default
-
-
-def inventory_problems(view: Mapping[str, Any]) -> list[str]:
-    """Every rule the inventory contract states, as one sentence per broken rule.
-
-    ``view`` is ``{"groups": {group: [host, ...]}, "hostvars": {host: {var: value}}}``:
-    what :func:`inventory_view` returns, or what Ansible has as ``groups``/``hostvars``.
-    """
-    groups: Mapping[str, list[str]] = view["groups"]
-    hostvars: Mapping[str, Any] = view["hostvars"]
-    problems: list[str] = []
-
-    controllers = list(groups.get("slurm_controller") or [])
-    compute = list(groups.get("slurm_compute") or [])
-    if not controllers:
-        problems.append("group slurm_controller is empty: put exactly one host in it")
-    elif len(controllers) > 1:
-        problems.append(f"group slurm_controller has {len(controllers)} hosts "
-                        f"({', '.join(controllers)}): put exactly one host in it")
-    if not compute:
-        problems.append("group slurm_compute is empty: add at least one compute host")
-    nfs = list(groups.get("nfs_server") or [])
-    if len(nfs) > 1:
-        problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
-                        "use zero or one")
-    first = (controllers or compute or [""])[0]
-    storage = _get(hostvars, first, "metalslurm_shared_storage", "none")
-    if storage not in SHARED_STORAGE:
-        problems.append(f"metalslurm_shared_storage {storage!r} is not one of "
-                        f"{', '.join(SHARED_STORAGE)}")
-    elif storage == "nfs" and len(nfs) != 1:
-        problems.append("metalslurm_shared_storage is nfs but group nfs_server is empty: put "
-                        "the NFS server host in it, or set metalslurm_shared_storage: none")
-
-    all_hosts = sorted({h for g in GROUPS for h in (groups.get(g) or [])})
-    seen_lower: dict[str, str] = {}
-    seen_addr: dict[str, str] = {}
-    cidr_text = None
-    for h in all_hosts:
-        cidr_text = cidr_text or _get(hostvars, h, "metalslurm_private_cidr")
-    try:
-        cidr = ipaddress.ip_network(cidr_text) if cidr_text else None
-    except ValueError:
-        problems.append(f"metalslurm_private_cidr {cidr_text!r} is not a network in CIDR "
-                        "notation (example: 10.77.0.0/24)")
-        cidr = None
-
-    for h in all_hosts:
-        if not NODE_NAME_RE.match(h):
-            problems.append(f"host {h!r}: Slurm and DNS reject this name; use lower-case "
-                            "letters, digits and '-' (at most 63, not starting or ending "
-                            "with '-')")
-        other = seen_lower.setdefault(h.lower(), h)
-        if other != h:
-            problems.append(f"hosts {other!r} and {h!r} differ only in case: host names "
-                            "are case-insensitive, rename one")
-        address = _get(hostvars, h, "metalslurm_address")
-        if address is None:
-            problems.append(f"host {h!r}: metalslurm_address (its private address) is not set")
-            continue
-        try:
-            ip = ipaddress.ip_address(str(address))
-        except ValueError:
-            problems.append(f"host {h!r}: metalslurm_address {address!r} is not an IP address")
-            continue
-        prev = seen_addr.setdefault(str(ip), h)
-        if prev != h:
-            problems.append(f"hosts {prev!r} and {h!r} have the same address {ip}")
-        if cidr is not None and ip not in cidr:
-            problems.append(f"host {h!r}: address {ip} is outside the private network {cidr}")
-
-    for h in compute:
-        problems += _compute_host_problems(h, hostvars)
-
-    for i, part in enumerate(_get(hostvars, (compute or all_hosts or [""])[0],
-                                  "metalslurm_partitions", []) or []):
-        for node in part.get("nodes", []) if isinstance(part, Mapping) else []:
-            if node not in compute:
-                problems.append(f"metalslurm_partitions[{i}] ({part.get('name')}): node "
-                                f"{node!r} is not in group slurm_compute")
-    return problems
-
-
-def _compute_host_problems(h: str, hostvars: Mapping[str, Any]) -> list[str]:
-    problems = []
-    count = _get(hostvars, h, "metalslurm_gpu_count", 0)
-    gtype = _get(hostvars, h, "metalslurm_gpu_type")
-    if isinstance(count, str) and count.isdigit():
-        count = int(count)
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS_PER_NODE:
-        problems.append(f"host {h!r}: metalslurm_gpu_count must be a whole number from 0 to "
-                        f"{MAX_GPUS_PER_NODE}, got {count!r}")
-    elif count > 0 and not gtype:
-        problems.append(f"host {h!r}: has {count} GPUs but no metalslurm_gpu_type; set one of "
-                        f"{', '.join(GPU_TYPES)}")
-    elif gtype and count == 0:
-        problems.append(f"host {h!r}: has metalslurm_gpu_type {gtype!r} but no "
-                        "metalslurm_gpu_count; set how many GPUs it has")
-    if gtype and gtype not in GPU_TYPES:
-        problems.append(f"host {h!r}: metalslurm_gpu_type {gtype!r} is not one of "
-                        f"{', '.join(GPU_TYPES)}")
-    state = _get(hostvars, h, "metalslurm_node_state", "static")
-    if state not in NODE_STATES:
-        problems.append(f"host {h!r}: metalslurm_node_state {state!r} is not one of "
-                        f"{', '.join(NODE_STATES)}")
-    return problems

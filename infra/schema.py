@@ -13,16 +13,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+# The inventory contract's names, which every section parser checks against.
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (  # noqa: F401
+    GPU_TYPES,
+    MAX_GPUS_PER_NODE,
+    NODE_NAME_RE,
+    gpu_type_problem,
+)
+
 NAMESPACE = "metalslurm"
 
-# RFC 1123 host label, lower case: what Slurm, DNS and podman all accept as a node name.
-NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # Login names: what useradd and sacctmgr accept without quoting.
 USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # An address or a DNS name.
 HOST_ADDRESS_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
-GPU_TYPES = ("a100", "a10", "b200", "gh200", "h100", "h200", "l4", "l40s", "mi300x")
-MAX_GPUS_PER_NODE = 16
 MAX_NODES_PER_POOL = 1000
 
 

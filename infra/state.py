@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from infra.containers import ContainersError, checked_credentials
+from infra.containers_config import ContainersError, checked_credentials
 
 # Inventory variable naming a secret file -> the file's name under secrets/.
 SECRET_FILES = {

@@ -14,7 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from infra.schema import GPU_TYPES, HOST_ADDRESS_RE, NODE_NAME_RE, USER_NAME_RE, Collector, key
+from infra.schema import (
+    HOST_ADDRESS_RE,
+    NODE_NAME_RE,
+    USER_NAME_RE,
+    Collector,
+    gpu_type_problem,
+    key,
+)
 
 if TYPE_CHECKING:
     from infra.config import ComputePool, StorageSettings
@@ -132,9 +139,8 @@ def _check_compute_host(c: Collector, h: Mapping[str, Any], hkey: str, elastic: 
     else:
         gpu_type = h.get("gpuType", pool.gpu_type)
         gpu_count = h.get("gpuCount", pool.gpu_count)
-        if gpu_type is not None and gpu_type not in GPU_TYPES:
-            c.problem(f"{hkey}.gpuType", f"{gpu_type!r} is not one of the allowed values: "
-                      f"{', '.join(GPU_TYPES)}")
+        if gpu_type is not None and gpu_type_problem(gpu_type):
+            c.problem(f"{hkey}.gpuType", str(gpu_type_problem(gpu_type)))
         elif (gpu_type, gpu_count) != (pool.gpu_type, pool.gpu_count):
             c.problem(f"{hkey}.gpuCount", f"host has {gpu_count} x {gpu_type}, pool "
                       f"{pool.name!r} is {pool.gpu_count} x {pool.gpu_type}: a pool's nodes "

@@ -30,7 +30,6 @@ OCI_GPU_SHAPES: dict[str, tuple[str, int]] = {
     "BM.GPU4.8": ("a100", 8),
     "BM.GPU.A10.4": ("a10", 4),
     "BM.GPU.L40S.4": ("l40s", 4),
-    "BM.GPU.MI300X.8": ("mi300x", 8),
 }
 OCI_CPU_SHAPE_RE = re.compile(r"^(VM|BM)\.Standard[A-Za-z0-9.]*$")
 OCID_RE = re.compile(r"^ocid1\.[a-z0-9]+\.[a-z0-9-]*\.[a-z0-9-]*\.[a-z0-9]+$")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.containers import ARTIFACT_NAMES
 
 from infra.configure import ConfigureResult, run_playbook
-from infra.containers import ARTIFACT_NAMES
 from tests.e2e.conftest import (
     BUILD_IMAGE,
     E2E_REGISTRY,

@@ -1,5 +1,5 @@
 """metalslurm:topology and metalslurm:nccl from the stack to the inventory, and the role's
-own check of a hand-written inventory's switches (infra/topology.py
+own check of a hand-written inventory's switches (module_utils/topology_conf.py
 topology_from_inventory)."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_conf import (
+    topology_from_inventory,
+)
 
 from infra.config import ConfigError, parse_config
 from infra.inventory import NodeSpec, cluster_vars, with_switches
-from infra.topology import topology_from_inventory
 
 FABRIC = Path(__file__).resolve().parents[1] / "fixtures" / "ib" / "local-e2e.ibnetdiscover"
 POOL = [{"name": "gpu", "count": 4, "gpuType": "h100", "gpuCount": 8}]
@@ -90,7 +92,7 @@ def test_nccl_settings_reach_the_inventory():
 @pytest.mark.parametrize(("nccl", "expected"), [
     ({"settings": {"NCCL_IB_HCAS": "=mlx5_0"}},
      "metalslurm:nccl.settings.NCCL_IB_HCAS: is not a variable NCCL reads (the list, with its "
-     "source, is NCCL_VARIABLES in infra/nccl.py)"),
+     "source, is NCCL_VARIABLES in module_utils/nccl.py)"),
     ({"settings": {"NCCL_DEBUG": "WARN\nNCCL_IB_HCA=mlx5"}},
      "metalslurm:nccl.settings.NCCL_DEBUG: must be one value on one line"),
     ({"gpudirect": "yes"}, "metalslurm:nccl.gpudirect: 'yes' is not one of the allowed values: "

@@ -40,7 +40,6 @@ def render(tmp_path: Path, host_vars: dict, templates: list[tuple[str, str]],
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
-               ANSIBLE_FILTER_PLUGINS=str(REPO / "ansible/filter_plugins"),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
     return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
                            str(tmp_path / "play.yml")], capture_output=True, text=True,
@@ -75,7 +74,7 @@ def test_mount_unit_waits_for_the_network_and_mounts_hard(tmp_path, kernel, ncon
     proc = render(tmp_path, {"ansible_kernel": kernel, "item": "/data/ckpt-1"},
                   [("nfs_client/templates/etc/systemd/system/nfs.mount.j2", "unit")],
                   extra_tasks=[{"name": "unit name", "ansible.builtin.copy": {
-                      "content": "{{ '/data/ckpt-1' | metalslurm_mount_unit }}",
+                      "content": "{{ '/data/ckpt-1' | metalslurm.cluster.mount_unit }}",
                       "dest": str(tmp_path / "unit-name"), "mode": "0644"}}])
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / "unit-name").read_text() == "data-ckpt\\x2d1.mount"

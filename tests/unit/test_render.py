@@ -1,7 +1,7 @@
 """slurm.conf, cgroup.conf and gres.conf rendered in seconds by Ansible itself, from the
 roles' own defaults, vars and templates and an inventory built from the default local stack
 (Pulumi.local.yaml) with recorded node facts, once per Slurm release the supported
-operating systems ship; each rendered file is checked against infra/slurm_versions.py.
+operating systems ship; each rendered file is checked against module_utils/slurm_versions.py.
 
 The controller role's tasks/render.yml runs as the role runs it, with the configuration
 directory pointed at a temporary directory and the release given instead of read from
@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    check_settings,
+)
 
 from infra.config import load_stack_file
 from infra.inventory import build_inventory, cluster_vars
 from infra.providers.local import node_specs
-from infra.slurm_versions import check_settings
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASES = ("21.08", "22.05", "23.11", "24.11")
@@ -75,7 +77,6 @@ def run_render(tmp_path: Path, releases: tuple[str, ...],
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(fixture_inventory()))
     (tmp_path / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
-               ANSIBLE_FILTER_PLUGINS=str(REPO / "ansible/filter_plugins"),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
     (tmp_path / "extra-vars.yml").write_text(yaml.safe_dump(extra_vars or {}))
     return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),

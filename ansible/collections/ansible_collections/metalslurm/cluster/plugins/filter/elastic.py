@@ -1,0 +1,23 @@
+"""The slurm_elastic role's filter: a reproducible wheel of the power programs, built on the
+operator's machine and copied to the controller (module_utils/wheel.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.metalslurm.cluster.plugins.module_utils import wheel as wheels
+
+
+def wheel(project_dir: str, out_dir: str) -> str:
+    """The path of a reproducible wheel of the Python project in ``project_dir``, built into
+    ``out_dir`` (the same sources give the same bytes, so the copy task changes nothing)."""
+    try:
+        return str(wheels.build_wheel(project_dir, out_dir))
+    except (OSError, wheels.WheelError) as exc:
+        raise AnsibleFilterError(f"cannot build a wheel of {project_dir}: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"wheel": wheel}

@@ -1,0 +1,29 @@
+"""The inventory contract's check, for the cluster_validate role (module_utils/inventory_contract.py
+holds the rules; the operator's inventory builder applies the same ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.metalslurm.cluster.plugins.module_utils import inventory_contract
+from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import hostvar
+
+# The variables the contract reads.
+CONTRACT_VARS = ("metalslurm_address", "metalslurm_private_cidr", "metalslurm_gpu_count",
+                 "metalslurm_gpu_type", "metalslurm_node_state", "metalslurm_partitions",
+                 "metalslurm_shared_storage")
+
+
+def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]:
+    """The inventory contract's broken rules, one sentence each (empty list = valid)."""
+    names = {h for g in inventory_contract.GROUPS for h in groups.get(g, [])}
+    view_hostvars = {h: {k: hostvar(hostvars, h, k) for k in CONTRACT_VARS
+                         if hostvar(hostvars, h, k) is not None} for h in names}
+    view = {"groups": {g: list(groups.get(g, [])) for g in inventory_contract.GROUPS},
+            "hostvars": view_hostvars}
+    return inventory_contract.inventory_problems(view)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"inventory_problems": inventory_problems}

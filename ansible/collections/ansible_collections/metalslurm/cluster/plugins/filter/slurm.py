@@ -1,0 +1,172 @@
+"""Filters that build Slurm's configuration files (the slurm_controller and slurmdbd roles):
+node, partition and gres.conf records from inventory vars and gathered facts, settings as
+Slurm writes them, records adapted to the controller's Slurm release, hostlists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    gpu,
+    slurm_versions,
+    slurmconf,
+)
+from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
+    filter_errors,
+    hostvar,
+)
+
+slurm_errors = filter_errors(slurmconf.SlurmConfError)
+
+
+@slurm_errors
+def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3) -> list[dict]:
+    """NodeName records for slurm.conf from inventory vars and gathered facts."""
+    records = []
+    for h in hosts:
+        def fact(name: str, host: str = h) -> Any:
+            value = hostvar(hostvars, host, name)
+            if value is None:
+                raise AnsibleFilterError(
+                    f"slurm.conf needs fact {name} of compute host {host}: run the whole "
+                    "playbook (facts are gathered on every node) or set it in "
+                    "metalslurm_node_options")
+            return value
+        options = dict(hostvar(hostvars, h, "metalslurm_node_options", {}) or {})
+        record: dict[str, Any] = {"NodeName": h}
+        if not {"CPUs", "Sockets", "RealMemory"} <= options.keys():
+            record.update({
+                "Sockets": int(fact("ansible_processor_count")),
+                "CoresPerSocket": int(fact("ansible_processor_cores")),
+                "ThreadsPerCore": int(fact("ansible_processor_threads_per_core")),
+                "RealMemory": int(fact("ansible_memtotal_mb")) * (100 - memory_reserve_percent)
+                // 100,
+            })
+        gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        if gpus:
+            record["Gres"] = f"gpu:{hostvar(hostvars, h, 'metalslurm_gpu_type')}:{gpus}"
+        state = hostvar(hostvars, h, "metalslurm_node_state", "static")
+        record["State"] = "CLOUD" if state == "cloud" else "UNKNOWN"
+        if state == "cloud":
+            # Jobs fill nodes that are already on first (lowest Weight first).
+            record["Weight"] = 100
+        record.update(options)
+        records.append(record)
+    return records
+
+
+def def_mem_per_cpu(nodes: list[dict]) -> int | None:
+    """DefMemPerCPU that gives a job its share of the smallest node's memory per CPU.
+
+    Slurm's own default with CR_*_Memory is a whole node's memory per job, which keeps one
+    small job from sharing a GPU node with another; a fixed small value starves training
+    jobs that do not pass --mem. None when no node says how much memory it has.
+    """
+    shares = []
+    for node in nodes:
+        cpus = node.get("CPUs") or (int(node.get("Sockets", 1)) * int(node.get("CoresPerSocket", 1))
+                                    * int(node.get("ThreadsPerCore", 1)))
+        if node.get("RealMemory") and cpus:
+            shares.append(int(node["RealMemory"]) // int(cpus))
+    return min(shares) if shares else None
+
+
+@slurm_errors
+def gres_records(hosts: list[str], hostvars: Any, cached: dict | None = None) -> list[dict]:
+    """gres.conf records (grouped into hostlists when rendered): from a node's GPU facts
+    (this run's, or the controller's cache for a node that is powered down now) one record
+    per set of GPUs sharing a CPU affinity, with Cores=; without facts (no driver yet, fake
+    GPUs) the inventory's count of /dev/nvidiaN files."""
+    records = []
+    for h in hosts:
+        gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        if not gpus:
+            continue
+        gtype = hostvar(hostvars, h, "metalslurm_gpu_type")
+        facts = (hostvar(hostvars, h, "ansible_facts") or {}).get("metalslurm_gpus") \
+            or (cached or {}).get(h)
+        if facts and len(facts) == gpus:
+            records.extend(gpu.gres_gpu_records(h, facts, gtype))
+        else:
+            records.append({"NodeName": h, "Name": "gpu", "Type": gtype,
+                            "File": slurmconf.gpu_device_files(gpus)})
+    return records
+
+
+@slurm_errors
+def partition_records(partitions: list[dict], options: dict | None,
+                      default_time: str) -> list[dict]:
+    """PartitionName records from the inventory's metalslurm_partitions list.
+
+    A partition without ``default_time`` (a hand-written inventory) gets ``default_time``,
+    capped at its MaxTime: a job submitted without --time then has a bounded limit, which
+    GPU-minute budgets (AccountingStorageEnforce=safe) need to let it start.
+    """
+    records = []
+    for part in partitions:
+        max_time = part.get("max_time", "UNLIMITED")
+        record = {"PartitionName": part["name"], "Nodes": list(part["nodes"]),
+                  "Default": bool(part.get("default", False)),
+                  "MaxTime": max_time,
+                  "DefaultTime": part.get("default_time") or slurmconf.shorter_time(
+                      default_time, max_time),
+                  "State": "UP"}
+        record.update(dict(options or {}))
+        record.update(part.get("options") or {})
+        records.append(record)
+    return records
+
+
+@slurm_errors
+def slurm_records(records: list[dict], first_key: str) -> list[str]:
+    """Records rendered one line per identical attribute set (see slurmconf.grouped_lines)."""
+    return slurmconf.grouped_lines(first_key, records)
+
+
+def fit_slurm_release(files: dict[str, Any], version: str) -> dict[str, Any]:
+    """Every file's settings as Slurm ``version`` takes them (module_utils/slurm_versions.py).
+
+    ``files`` maps a kind (slurm.conf, cgroup.conf, gres.conf, node, partition) to a dict
+    of settings or a list of records. Returns the same shape, adapted where the release
+    offers an equivalent, with ``notes`` (one sentence per adaptation); raises with one
+    sentence per setting the release cannot take, so nothing is written.
+    """
+    if not str(version).strip():
+        raise AnsibleFilterError("cannot tell which Slurm release the controller runs: "
+                                 "slurmctld is neither installed nor available from apt")
+    fitted: dict[str, Any] = {}
+    notes: list[str] = []
+    problems: list[str] = []
+    for kind, settings in files.items():
+        records = settings if isinstance(settings, list) else [settings]
+        out = []
+        for record in records:
+            try:
+                adapted, record_notes = slurm_versions.check_settings(kind, record, version)
+            except slurm_versions.SlurmVersionError as exc:
+                problems += [p for p in exc.problems if p not in problems]
+                continue
+            out.append(adapted)
+            notes += [n for n in record_notes if n not in notes]
+        fitted[kind] = out if isinstance(settings, list) else (out[0] if out else {})
+    if problems:
+        raise AnsibleFilterError(f"Slurm {version} on the controller cannot take "
+                                 f"{len(problems)} setting(s): " + " | ".join(problems))
+    fitted["notes"] = notes
+    return fitted
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "slurm_nodes": slurm_nodes,
+            "gres_records": gres_records,
+            "def_mem_per_cpu": def_mem_per_cpu,
+            "partition_records": partition_records,
+            "slurm_settings": slurm_errors(slurmconf.settings_lines),
+            "slurm_records": slurm_records,
+            "partition_lines": slurm_errors(slurmconf.partition_lines),
+            "hostlist": slurm_errors(slurmconf.compress_hostlist),
+            "fit_slurm_release": fit_slurm_release,
+        }

@@ -1,0 +1,177 @@
+"""Containers in jobs (Enroot + Pyxis): the rules the stack config and the role share.
+
+The ``enroot_pyxis`` role applies them to its inventory through the collection's filters
+(:func:`artifact_sources`, :func:`artifact_problems`, :func:`credentials_problems`,
+:func:`netrc_block`, :func:`plugstack_line`), so a hand-written inventory is held to them
+too; the operator's stack config (infra/containers_config.py) uses the same functions.
+
+Artifacts (the Enroot .deb files and the Pyxis source) come from a URL or a path, each
+with a pinned sha256; a mirror (a directory or URL holding them under their file names)
+replaces the upstream URLs, which is how air-gapped sites and the tests install them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# Artifact names as the stack config spells them -> the role's names (defaults/main.yml of
+# roles/enroot_pyxis holds each one's upstream URL and file name; a unit test keeps the
+# two lists equal).
+ARTIFACT_NAMES = {"enroot": "enroot", "enrootCaps": "enroot_caps", "pyxis": "pyxis"}
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# A registry host as Enroot's credentials file (netrc) names it: a DNS name or address,
+# with an optional port; never a path (nvcr.io, not nvcr.io/nvidia).
+REGISTRY_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:\d{1,5})?$")
+
+
+class ContainersError(ValueError):
+    """Artifacts or credentials the role must not install."""
+
+
+def credentials_problems(entries: Any) -> list[str]:
+    """What is wrong with registry credentials: a list of {host, login, password}."""
+    if not isinstance(entries, list) or not entries:
+        return ["registry credentials must be a non-empty list of {host, login, password}"]
+    problems = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            problems.append(f"entry {i + 1} is not a mapping of host, login and password")
+            continue
+        unknown = sorted(set(entry) - {"host", "login", "password"})
+        if unknown:
+            problems.append(f"entry {i + 1} has unknown keys {', '.join(map(str, unknown))}")
+        host = entry.get("host")
+        if not host:
+            problems.append(f"entry {i + 1} has no host: give the registry it is for, such as "
+                            "nvcr.io")
+        elif not isinstance(host, str) or not REGISTRY_HOST_RE.fullmatch(host):
+            problems.append(f"entry {i + 1}: host {host!r} is not a registry host name such as "
+                            "nvcr.io or registry.example.com:5000 (no path, no '#')")
+        for name in ("login", "password"):
+            value = entry.get(name)
+            if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
+                problems.append(f"entry {i + 1} ({host or 'no host'}): {name} must be a "
+                                "non-empty string without spaces")
+    return problems
+
+
+def netrc_block(entries: list[Mapping[str, str]]) -> str:
+    """Enroot's credentials (netrc) lines, one machine per entry."""
+    problems = credentials_problems(entries)
+    if problems:
+        raise ContainersError("registry credentials: " + "; ".join(problems))
+    return "\n".join(f"machine {e['host']} login {e['login']} password {e['password']}"
+                     for e in entries)
+
+
+def artifact_sources(artifacts: Mapping[str, Mapping[str, str]],
+                     overrides: Mapping[str, Mapping[str, str]] | None,
+                     mirror: str) -> list[dict[str, Any]]:
+    """Where each artifact comes from: {name, file, location, remote, sha256}.
+
+    An override's url wins; otherwise the mirror's copy (mirror + '/' + file); otherwise
+    the upstream url. ``remote``: fetched by each node over http(s); else a path on the
+    machine running Ansible, copied to the nodes.
+    """
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(artifacts))
+    if unknown:
+        raise ContainersError(f"metalslurm_containers.artifacts: unknown artifact(s) "
+                              f"{', '.join(unknown)}; known: {', '.join(sorted(artifacts))}")
+    sources = []
+    for name in sorted(artifacts):
+        spec = {**artifacts[name], **{k: v for k, v in (overrides.get(name) or {}).items() if v}}
+        if (overrides.get(name) or {}).get("url"):
+            location = spec["url"]
+        elif mirror:
+            location = f"{mirror.rstrip('/')}/{spec['file']}"
+        else:
+            location = spec["url"]
+        if location.startswith("file://"):
+            location = location[len("file://"):]
+        remote = bool(re.match(r"^https?://", location))
+        if not remote and not os.path.isabs(location):
+            raise ContainersError(f"artifact {name}: {location!r} is neither an http(s) URL "
+                                  "nor an absolute path")
+        sources.append({"name": name, "file": spec["file"], "location": location,
+                        "remote": remote, "sha256": str(spec.get("sha256") or "").lower()})
+    return sources
+
+
+def artifact_problems(sources: list[Mapping[str, Any]], require_pinned: bool) -> dict[str, list]:
+    """{'problems': [...], 'unpinned': [...]} for the artifacts the role would install."""
+    problems, unpinned = [], []
+    for s in sources:
+        if s["sha256"] and not SHA256_RE.fullmatch(s["sha256"]):
+            problems.append(f"artifact {s['name']}: sha256 {s['sha256']!r} is not 64 "
+                            "hexadecimal digits")
+        elif not s["sha256"]:
+            if require_pinned:
+                problems.append(f"artifact {s['name']} ({s['location']}) has no sha256, and "
+                                "pinned artifacts only are allowed: give its sha256 "
+                                f"(metalslurm:containers.artifacts.{_config_name(s['name'])}"
+                                ".sha256)")
+            else:
+                unpinned.append(f"{s['name']} ({s['location']})")
+    return {"problems": problems, "unpinned": unpinned}
+
+
+def local_artifact_problems(results: list[Mapping[str, Any]]) -> list[str]:
+    """What is wrong with the artifacts kept on the Ansible machine, from the role's
+    ``stat`` results ({item: source, stat: {exists, isreg, checksum}}): missing ones, and
+    ones whose sha256 differs from their pin."""
+    problems = []
+    for result in results:
+        item, st = result["item"], result.get("stat") or {}
+        where = f"artifact {item['name']}: {item['location']}"
+        if not st.get("exists"):
+            problems.append(f"{where} does not exist on this machine")
+        elif not st.get("isreg"):
+            problems.append(f"{where} is not a file")
+        elif item.get("sha256") and st.get("checksum") != item["sha256"]:
+            problems.append(f"{where} has sha256 {st.get('checksum')}, not the pinned "
+                            f"{item['sha256']}")
+    return problems
+
+
+def _config_name(role_name: str) -> str:
+    return next((c for c, r in ARTIFACT_NAMES.items() if r == role_name), role_name)
+
+
+def plugstack_line(plugin: str, options: Mapping[str, Any]) -> str:
+    """The plugstack.conf line that loads Pyxis with its options (booleans as 1/0)."""
+    args = []
+    for name in sorted(options):
+        value = options[name]
+        if isinstance(value, bool):
+            value = int(value)
+        elif isinstance(value, str) and value.lower() in ("true", "false"):
+            value = int(value.lower() == "true")
+        text = str(value)
+        if not text or any(ch.isspace() for ch in text):
+            raise ContainersError(f"pyxis option {name}={text!r}: a value without spaces")
+        args.append(f"{name}={text}")
+    return " ".join(["required", plugin, *args])
+
+
+def enroot_settings(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> list[str]:
+    """enroot.conf lines ('KEY value'), sorted; a None override removes a default."""
+    merged = {**defaults, **(overrides or {})}
+    lines = []
+    for name in sorted(merged):
+        value = merged[name]
+        if value is None:
+            continue
+        if not re.fullmatch(r"(ENROOT_[A-Z_]+|MELLANOX_[A-Z_]+|NVIDIA_[A-Z_]+)", name):
+            raise ContainersError(f"enroot setting {name!r} is not one enroot.conf reads "
+                                  "(ENROOT_*, MELLANOX_*, NVIDIA_*)")
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        text = str(value)
+        if "\n" in text:
+            raise ContainersError(f"enroot setting {name}: one line only")
+        lines.append(f"{name} {text}")
+    return lines

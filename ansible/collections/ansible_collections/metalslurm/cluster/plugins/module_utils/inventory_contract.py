@@ -1,0 +1,146 @@
+"""The inventory contract's rules: groups, host names and addresses, GPUs, node states.
+
+Every provider's inventory (infra/inventory.py builds it) and every hand-written one is held
+to :func:`inventory_problems`: on the operator's side before an inventory is written, and by
+the cluster_validate role in the playbook's first play, before any host is touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+
+GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
+NODE_STATES = ("static", "cloud")
+# nfs: exported by the nfs_server host, mounted by the others; host-bind: the local
+# provider bind-mounts one host directory per path into every node (kernels without
+# NFS); none: no shared file system.
+SHARED_STORAGE = ("nfs", "host-bind", "none")
+# RFC 1123 host label, lower case: what Slurm, DNS and podman all accept as a node name.
+NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# The GPU types the roles serve: NVIDIA data-centre GPUs (gres.conf's /dev/nvidiaN files,
+# the nvidia_gpu role's driver stack, the health checker's nvidia-smi checks).
+GPU_TYPES = ("a100", "a10", "b200", "gh200", "h100", "h200", "l4", "l40s")
+MAX_GPUS_PER_NODE = 16
+
+
+def gpu_type_problem(gpu_type: Any) -> str | None:
+    """What is wrong with a GPU type (the end of a sentence), or None."""
+    if gpu_type in GPU_TYPES:
+        return None
+    return (f"{gpu_type!r} is not a GPU type metalslurm serves; it supports NVIDIA GPUs: "
+            f"{', '.join(GPU_TYPES)}")
+
+
+def _get(hostvars: Mapping[str, Any], host: str, key: str, default: Any = None) -> Any:
+    try:
+        return hostvars[host].get(key, default)
+    except (KeyError, AttributeError):
+        return default
+
+
+def inventory_problems(view: Mapping[str, Any]) -> list[str]:
+    """Every rule the inventory contract states, as one sentence per broken rule.
+
+    ``view`` is ``{"groups": {group: [host, ...]}, "hostvars": {host: {var: value}}}``:
+    what :func:`inventory_view` returns, or what Ansible has as ``groups``/``hostvars``.
+    """
+    groups: Mapping[str, list[str]] = view["groups"]
+    hostvars: Mapping[str, Any] = view["hostvars"]
+    problems: list[str] = []
+
+    controllers = list(groups.get("slurm_controller") or [])
+    compute = list(groups.get("slurm_compute") or [])
+    if not controllers:
+        problems.append("group slurm_controller is empty: put exactly one host in it")
+    elif len(controllers) > 1:
+        problems.append(f"group slurm_controller has {len(controllers)} hosts "
+                        f"({', '.join(controllers)}): put exactly one host in it")
+    if not compute:
+        problems.append("group slurm_compute is empty: add at least one compute host")
+    nfs = list(groups.get("nfs_server") or [])
+    if len(nfs) > 1:
+        problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
+                        "use zero or one")
+    first = (controllers or compute or [""])[0]
+    storage = _get(hostvars, first, "metalslurm_shared_storage", "none")
+    if storage not in SHARED_STORAGE:
+        problems.append(f"metalslurm_shared_storage {storage!r} is not one of "
+                        f"{', '.join(SHARED_STORAGE)}")
+    elif storage == "nfs" and len(nfs) != 1:
+        problems.append("metalslurm_shared_storage is nfs but group nfs_server is empty: put "
+                        "the NFS server host in it, or set metalslurm_shared_storage: none")
+
+    all_hosts = sorted({h for g in GROUPS for h in (groups.get(g) or [])})
+    seen_lower: dict[str, str] = {}
+    seen_addr: dict[str, str] = {}
+    cidr_text = None
+    for h in all_hosts:
+        cidr_text = cidr_text or _get(hostvars, h, "metalslurm_private_cidr")
+    try:
+        cidr = ipaddress.ip_network(cidr_text) if cidr_text else None
+    except ValueError:
+        problems.append(f"metalslurm_private_cidr {cidr_text!r} is not a network in CIDR "
+                        "notation (example: 10.77.0.0/24)")
+        cidr = None
+
+    for h in all_hosts:
+        if not NODE_NAME_RE.match(h):
+            problems.append(f"host {h!r}: Slurm and DNS reject this name; use lower-case "
+                            "letters, digits and '-' (at most 63, not starting or ending "
+                            "with '-')")
+        other = seen_lower.setdefault(h.lower(), h)
+        if other != h:
+            problems.append(f"hosts {other!r} and {h!r} differ only in case: host names "
+                            "are case-insensitive, rename one")
+        address = _get(hostvars, h, "metalslurm_address")
+        if address is None:
+            problems.append(f"host {h!r}: metalslurm_address (its private address) is not set")
+            continue
+        try:
+            ip = ipaddress.ip_address(str(address))
+        except ValueError:
+            problems.append(f"host {h!r}: metalslurm_address {address!r} is not an IP address")
+            continue
+        prev = seen_addr.setdefault(str(ip), h)
+        if prev != h:
+            problems.append(f"hosts {prev!r} and {h!r} have the same address {ip}")
+        if cidr is not None and ip not in cidr:
+            problems.append(f"host {h!r}: address {ip} is outside the private network {cidr}")
+
+    for h in compute:
+        problems += _compute_host_problems(h, hostvars)
+
+    for i, part in enumerate(_get(hostvars, (compute or all_hosts or [""])[0],
+                                  "metalslurm_partitions", []) or []):
+        for node in part.get("nodes", []) if isinstance(part, Mapping) else []:
+            if node not in compute:
+                problems.append(f"metalslurm_partitions[{i}] ({part.get('name')}): node "
+                                f"{node!r} is not in group slurm_compute")
+    return problems
+
+
+def _compute_host_problems(h: str, hostvars: Mapping[str, Any]) -> list[str]:
+    problems = []
+    count = _get(hostvars, h, "metalslurm_gpu_count", 0)
+    gtype = _get(hostvars, h, "metalslurm_gpu_type")
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_GPUS_PER_NODE:
+        problems.append(f"host {h!r}: metalslurm_gpu_count must be a whole number from 0 to "
+                        f"{MAX_GPUS_PER_NODE}, got {count!r}")
+    elif count > 0 and not gtype:
+        problems.append(f"host {h!r}: has {count} GPUs but no metalslurm_gpu_type; set one of "
+                        f"{', '.join(GPU_TYPES)}")
+    elif gtype and count == 0:
+        problems.append(f"host {h!r}: has metalslurm_gpu_type {gtype!r} but no "
+                        "metalslurm_gpu_count; set how many GPUs it has")
+    if gtype and gpu_type_problem(gtype):
+        problems.append(f"host {h!r}: metalslurm_gpu_type {gpu_type_problem(gtype)}")
+    state = _get(hostvars, h, "metalslurm_node_state", "static")
+    if state not in NODE_STATES:
+        problems.append(f"host {h!r}: metalslurm_node_state {state!r} is not one of "
+                        f"{', '.join(NODE_STATES)}")
+    return problems

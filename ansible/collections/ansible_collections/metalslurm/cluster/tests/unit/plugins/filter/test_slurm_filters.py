@@ -1,0 +1,104 @@
+"""The filters that feed slurm.conf and gres.conf from inventory vars and facts
+(plugins/filter/slurm.py)."""
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.metalslurm.cluster.plugins.filter import slurm as filters
+
+from tests.paths import REPO
+
+ROLE_DEFAULTS = REPO / "roles/slurm_controller/defaults/main.yml"
+ROLE_DEFAULT_TIME = yaml.safe_load(ROLE_DEFAULTS.read_text())["slurm_controller_default_time"]
+
+FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
+         "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
+
+
+def test_node_records_from_facts():
+    hostvars = {
+        "gpu-001": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100"),
+        "gpu-002": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100",
+                        metalslurm_node_state="cloud"),
+    }
+    records = filters.slurm_nodes(["gpu-001", "gpu-002"], hostvars, 3)
+    assert records[0] == {"NodeName": "gpu-001", "Sockets": 2, "CoresPerSocket": 56,
+                          "ThreadsPerCore": 2, "RealMemory": 2002018,
+                          "Gres": "gpu:h100:8", "State": "UNKNOWN"}
+    assert records[1]["State"] == "CLOUD"
+
+
+def test_node_options_override_facts():
+    hostvars = {"n1": {"metalslurm_node_options": {"CPUs": 4, "Sockets": 1,
+                                                   "RealMemory": 1000, "Weight": 5}}}
+    assert filters.slurm_nodes(["n1"], hostvars) == [
+        {"NodeName": "n1", "CPUs": 4, "Sockets": 1, "RealMemory": 1000, "Weight": 5,
+         "State": "UNKNOWN"}]
+
+
+def test_missing_facts_say_what_to_do():
+    with pytest.raises(AnsibleFilterError, match="ansible_processor_count of compute host n1"):
+        filters.slurm_nodes(["n1"], {"n1": {}})
+
+
+def test_gres_records_only_for_gpu_nodes():
+    hostvars = {"g1": {"metalslurm_gpu_count": 4, "metalslurm_gpu_type": "a100"},
+                "c1": {"metalslurm_gpu_count": 0}}
+    assert filters.gres_records(["g1", "c1"], hostvars) == [
+        {"NodeName": "g1", "Name": "gpu", "Type": "a100", "File": "/dev/nvidia[0-3]"}]
+
+
+def test_partition_records_layer_defaults_and_options():
+    parts = [{"name": "train", "nodes": ["g1", "g2"], "default": True, "max_time": "7-00:00:00",
+              "options": {"PriorityJobFactor": 2}}]
+    records = filters.partition_records(parts, {"OverSubscribe": "NO", "PriorityJobFactor": 1},
+                                        ROLE_DEFAULT_TIME)
+    assert records == [{"PartitionName": "train", "Nodes": ["g1", "g2"], "Default": True,
+                        "MaxTime": "7-00:00:00", "DefaultTime": "1-00:00:00", "State": "UP",
+                        "OverSubscribe": "NO", "PriorityJobFactor": 2}]
+
+
+@pytest.mark.parametrize(("partition", "default_time"), [
+    ({"max_time": "7-00:00:00", "default_time": "4:00:00"}, "4:00:00"),
+    ({"max_time": "2:00:00"}, "2:00:00"),      # capped at MaxTime
+    ({"max_time": "UNLIMITED"}, "1-00:00:00"),
+    ({}, "1-00:00:00"),
+])
+def test_a_partition_from_a_hand_written_inventory_gets_a_default_time(partition,
+                                                                        default_time):
+    """Jobs without --time must get a bounded limit for GPU-minute budgets to admit them."""
+    [record] = filters.partition_records([{"name": "p", "nodes": ["g1"], **partition}], {},
+                                         ROLE_DEFAULT_TIME)
+    assert record["DefaultTime"] == default_time
+
+
+def test_identical_records_share_one_line():
+    assert filters.slurm_records(
+        [{"NodeName": "g1", "Gres": "gpu:a:1"}, {"NodeName": "g2", "Gres": "gpu:a:1"}],
+        "NodeName") == ["NodeName=g[1-2] Gres=gpu:a:1"]
+
+
+def test_def_mem_per_cpu_is_the_smallest_nodes_share():
+    nodes = [{"NodeName": "big", "Sockets": 2, "CoresPerSocket": 56, "ThreadsPerCore": 2,
+              "RealMemory": 2002018},
+             {"NodeName": "small", "CPUs": 16, "RealMemory": 64000}]
+    assert filters.def_mem_per_cpu(nodes) == 4000
+    assert filters.def_mem_per_cpu([{"NodeName": "x", "CPUs": 4}]) is None
+
+
+def test_gres_records_take_live_gpu_facts_then_the_controllers_cache_then_the_count():
+    gres_records = filters.gres_records
+    facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
+    hostvars = {
+        "gpu-001": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100",
+                    "ansible_facts": {"metalslurm_gpus": facts}},
+        "gpu-002": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
+        "gpu-003": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
+        "cpu-001": {"metalslurm_gpu_count": 0}}
+    records = gres_records(["gpu-001", "gpu-002", "gpu-003", "cpu-001"], hostvars,
+                           {"gpu-003": facts, "gpu-002": facts[:7]})
+    assert [(r["NodeName"], r["File"], r.get("Cores")) for r in records] == [
+        ("gpu-001", "/dev/nvidia[0-3]", "0-55"), ("gpu-001", "/dev/nvidia[4-7]", "56-111"),
+        # cached facts for 7 GPUs of an 8-GPU node are stale: the count's files, no Cores
+        ("gpu-002", "/dev/nvidia[0-7]", None),
+        ("gpu-003", "/dev/nvidia[0-3]", "0-55"), ("gpu-003", "/dev/nvidia[4-7]", "56-111")]

@@ -1,0 +1,63 @@
+"""The munge_key module, run as Ansible runs it: a process reading its JSON arguments."""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.paths import REPO
+
+KEY = base64.b64encode(bytes(range(256)) * 4).decode()
+
+
+@pytest.fixture
+def run_module(tmp_path):
+    module = REPO / "roles/munge/library/munge_key.py"
+
+    def run(**args):
+        args.setdefault("_ansible_check_mode", False)
+        path = tmp_path / "args.json"
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True,
+                              text=True, check=False)
+        return json.loads(proc.stdout)
+    return run
+
+
+def test_writes_exact_bytes_with_mode_then_is_idempotent(run_module, tmp_path):
+    key = tmp_path / "munge.key"
+    first = run_module(path=str(key), content_b64=KEY, mode="0400")
+    assert first["changed"] is True
+    assert key.read_bytes() == base64.b64decode(KEY)
+    assert oct(os.stat(key).st_mode & 0o777) == "0o400"
+    assert run_module(path=str(key), content_b64=KEY, mode="0400")["changed"] is False
+    assert KEY not in json.dumps(first)
+
+
+def test_check_mode_reports_without_writing(run_module, tmp_path):
+    key = tmp_path / "munge.key"
+    result = run_module(path=str(key), content_b64=KEY, _ansible_check_mode=True)
+    assert result["changed"] is True
+    assert not key.exists()
+
+
+def test_generate_creates_once_and_keeps_an_existing_key(run_module, tmp_path):
+    key = tmp_path / "munge.key"
+    assert run_module(path=str(key), generate=True, mode="0400")["changed"] is True
+    created = key.read_bytes()
+    assert len(created) == 1024
+    assert run_module(path=str(key), generate=True, mode="0400")["changed"] is False
+    assert key.read_bytes() == created
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("not base64!!", "not valid base64"),
+    (base64.b64encode(b"short").decode(), "at least 32"),
+])
+def test_bad_keys_are_refused(run_module, tmp_path, content, message):
+    result = run_module(path=str(tmp_path / "k"), content_b64=content)
+    assert result.get("failed") is True
+    assert message in result["msg"]
