@@ -155,11 +155,88 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.e2e)
 
 
+# ---- evidence of a failure, saved before the cluster is removed -----------------------
+# A failing e2e test leaves what explains it under .metalslurm/e2e-evidence/<test>/: Slurm's
+# view (sinfo, squeue, scontrol show node/job, sacct), the power programs' log and state,
+# the tail of slurmctld's and each compute node's slurmd log, the containers podman knows.
+# The terminal summary lists the directories, and .ci/run prints their files when the run
+# fails (a CI machine is gone afterwards).
+EVIDENCE = REPO / ".metalslurm" / "e2e-evidence"
+_EVIDENCE_DIRS: list[Path] = []
+CONTROLLER_EVIDENCE = {
+    "sinfo.txt": "sinfo --Node --long; echo; sinfo --long",
+    "squeue.txt": "squeue --all --long --format='%i %P %j %u %T %M %l %D %R %r'",
+    "scontrol-show-node.txt": "scontrol show node",
+    "scontrol-show-job.txt": "scontrol show job",
+    "sacct.txt": "sacct --allusers --duplicates --starttime=now-3hours --parsable2 "
+                 "--format=JobID,JobName,User,Partition,State,ExitCode,Start,End,NodeList,Reason",
+    "sdiag.txt": "sdiag",
+    "power-log.txt": f"tail -n 300 {POWER_LOG} 2>&1",
+    "power-state.json": "cat /var/log/slurm/metalslurm-power.state.json 2>&1",
+    "slurmctld-log.txt": "tail -n 400 /var/log/slurm/slurmctld.log 2>&1",
+    "reconciler.txt": "systemctl status --no-pager metalslurm-power-reconcile.timer "
+                      "metalslurm-power-reconcile.service 2>&1; "
+                      "journalctl --no-pager -n 100 -u metalslurm-power-reconcile.service 2>&1",
+}
+NODE_EVIDENCE = "tail -n 150 /var/log/slurm/slurmd.log 2>&1; echo; systemctl is-active slurmd"
+
+
+def _podman(*args: str, timeout: int = 30) -> str:
+    try:
+        proc = subprocess.run(["podman", *args], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"podman {' '.join(args[:3])}...: {exc}\n"
+    return proc.stdout + proc.stderr
+
+
+def save_evidence(nodeid: str) -> Path:
+    """Write what the clusters that run now look like into one directory for ``nodeid``."""
+    name = nodeid.replace("/", "_").replace("::", "__").replace("[", "_").replace("]", "")
+    out = EVIDENCE / f"{time.strftime('%H%M%S')}-{name}"[:200]
+    out.mkdir(parents=True, exist_ok=True)
+    containers = _podman("ps", "-a", "--format", "{{.Names}}\t{{.Status}}\t{{.Labels}}")
+    (out / "podman-ps.txt").write_text(containers)
+    running = json.loads(_podman("ps", "--format", "json") or "[]")
+    for container in running:
+        labels = container.get("Labels") or {}
+        name = container["Names"][0]
+        if "metalslurm.cluster" not in labels:
+            continue
+        if name.endswith("-ctl"):
+            for file_name, command in CONTROLLER_EVIDENCE.items():
+                (out / f"{name}-{file_name}").write_text(
+                    _podman("exec", name, "sh", "-c", command))
+        else:
+            (out / f"{name}-slurmd.txt").write_text(
+                _podman("exec", name, "sh", "-c", NODE_EVIDENCE))
+    return out
+
+
+def pytest_sessionstart(session):
+    shutil.rmtree(EVIDENCE, ignore_errors=True)  # an earlier run's
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        try:
+            _EVIDENCE_DIRS.append(save_evidence(item.nodeid))
+        except Exception as exc:  # evidence must never hide the failure it explains
+            sys.stderr.write(f"could not save the evidence of {item.nodeid}: {exc}\n")
+
+
 def pytest_runtest_logreport(report):
     _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _EVIDENCE_DIRS:
+        terminalreporter.section("evidence of the failed tests (saved before teardown)")
+        for path in _EVIDENCE_DIRS:
+            terminalreporter.write_line(str(path))
     if not _MODULE_SECONDS:
         return
     terminalreporter.section("e2e durations per module (setup + tests + teardown)")
