@@ -17,16 +17,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.nccl import set
 from infra.schema import Collector
 from infra.schema import key as stack_key
 
-GPUDIRECT_CHOICES = ("auto", "peermem", "dmabuf", "none")
-
-
-
-_NCCL_KEYS = ("enabled", "settings", "gpudirect", "socketIfname")
-
-
-
+_NCCL_KEYS = ("enabled", "settings", "socketIfname")
 _IFNAME_RE = re.compile(r"^=?[A-Za-z0-9_.:@-]{1,15}$")
-
 
 
 @dataclass(frozen=True)
@@ -36,22 +28,24 @@ class NcclConfig:
 
     enabled: bool = True
     settings: Mapping[str, str] = field(default_factory=dict)
-    gpudirect: str = "auto"
     socket_ifname: str = ""
 
     def inventory_vars(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "settings": dict(self.settings),
-                "gpudirect": self.gpudirect, "socket_ifname": self.socket_ifname}
-
+                "socket_ifname": self.socket_ifname}
 
 
 def parse_nccl(c: Collector, raw: Mapping[str, Any]) -> NcclConfig:
     where = stack_key("nccl")
     item = c.mapping(raw, "nccl", where)
-    c.unknown_keys(item, _NCCL_KEYS, where)
+    if "gpudirect" in item:
+        # GPUDirect RDMA has one setting: the driver's side (nvidia-peermem or DMA-BUF) and
+        # nccl.conf's follow it together.
+        c.problem(f"{where}.gpudirect", f"moved to {stack_key('gpu')}.gpudirect (auto, "
+                  "peermem, dmabuf or off), which sets up the driver's side and nccl.conf "
+                  "together: move the value there")
+    c.unknown_keys({k: v for k, v in item.items() if k != "gpudirect"}, _NCCL_KEYS, where)
     enabled = c.boolean(item, "enabled", f"{where}.enabled", True)
-    gpudirect = c.string(item, "gpudirect", f"{where}.gpudirect", default="auto",
-                         choices=GPUDIRECT_CHOICES)
     ifname = c.string(item, "socketIfname", f"{where}.socketIfname", default="",
                       pattern=_IFNAME_RE if item.get("socketIfname") else None,
                       what="a network interface name such as eth0 or bond0")
@@ -59,6 +53,5 @@ def parse_nccl(c: Collector, raw: Mapping[str, Any]) -> NcclConfig:
     for problem in setting_problems(settings):
         name, _, sentence = problem.partition(" ")
         c.problem(name, sentence)
-    return NcclConfig(enabled=bool(enabled), gpudirect=gpudirect or "auto",
-                      socket_ifname=(ifname or "").lstrip("="),
+    return NcclConfig(enabled=bool(enabled), socket_ifname=(ifname or "").lstrip("="),
                       settings={str(k): str(v) for k, v in settings.items()})

@@ -53,7 +53,8 @@ STAND_IN_SMI = "/usr/local/bin/nvidia-smi"
 STAND_IN_BOOT_UNIT = "/etc/systemd/system/metalslurm-e2e-standin-nvidia-module.service"
 STAND_IN_MODULE_VERSION = "/run/metalslurm-e2e-standin/nvidia-module-version"
 SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
-FACTS_CACHE = "/var/lib/metalslurm/gpu-facts"
+# What the controller keeps of each compute node's metalslurm_node.gpus (slurm_controller).
+FACTS_CACHE = "/var/lib/metalslurm/compute-gpus.json"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def standin(debian13):
                           f"{STAND_IN_BOOT_UNIT} {STAND_IN_MODULE_VERSION.rsplit('/', 1)[0]}; "
                           "systemctl daemon-reload; apt-get update -qq", check=False)
         debian13.ctl(f"scontrol update NodeName={node} State=RESUME 2>/dev/null", check=False)
-    debian13.ctl(f"rm -rf {FACTS_CACHE}", check=False)
+    debian13.ctl(f"rm -f {FACTS_CACHE}", check=False)
     shutil.rmtree(shared, ignore_errors=True)
 
 
@@ -297,9 +298,9 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
     assert facts_run.ok, facts_run.failures
     assert len(power.events) == 4, power.events
     uuids = re.findall(r"<uuid>([^<]+)</uuid>", (shared / "standin-smi.xml").read_text())
+    kept = json.loads(cluster.ctl(f"cat {FACTS_CACHE}").stdout)
     for node in NODES:
-        cached = json.loads(cluster.ctl(f"cat {FACTS_CACHE}/{node}.json").stdout)
-        assert [(g["minor"], g["uuid"], g["cores"]) for g in cached] == [
+        assert [(g["minor"], g["uuid"], g["cores"]) for g in kept[node]] == [
             (i, uuids[i], "0" if i < 4 else "1") for i in range(8)]
     again = run()
     assert again.ok, again.failures

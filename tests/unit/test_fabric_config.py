@@ -82,11 +82,10 @@ def test_a_simulator_is_refused_on_real_machines():
 
 def test_nccl_settings_reach_the_inventory():
     cfg = parse_config(ms(computePools=POOL, nccl={
-        "settings": {"NCCL_IB_TIMEOUT": 22, "NCCL_DEBUG": "WARN"}, "gpudirect": "dmabuf",
-        "socketIfname": "bond0"}))
+        "settings": {"NCCL_IB_TIMEOUT": 22, "NCCL_DEBUG": "WARN"}, "socketIfname": "bond0"}))
     assert cluster_vars(cfg, [])["metalslurm_nccl"] == {
         "enabled": True, "settings": {"NCCL_IB_TIMEOUT": "22", "NCCL_DEBUG": "WARN"},
-        "gpudirect": "dmabuf", "socket_ifname": "bond0"}
+        "socket_ifname": "bond0"}
 
 
 @pytest.mark.parametrize(("nccl", "expected"), [
@@ -95,11 +94,13 @@ def test_nccl_settings_reach_the_inventory():
      "source, is NCCL_VARIABLES in module_utils/nccl.py)"),
     ({"settings": {"NCCL_DEBUG": "WARN\nNCCL_IB_HCA=mlx5"}},
      "metalslurm:nccl.settings.NCCL_DEBUG: must be one value on one line"),
-    ({"gpudirect": "yes"}, "metalslurm:nccl.gpudirect: 'yes' is not one of the allowed values: "
-     "auto, peermem, dmabuf, none"),
+    # one GPUDirect setting, the GPU stack's: the old key names the new one
+    ({"gpudirect": "dmabuf"}, "metalslurm:nccl.gpudirect: moved to metalslurm:gpu.gpudirect "
+     "(auto, peermem, dmabuf or off), which sets up the driver's side and nccl.conf together: "
+     "move the value there"),
     ({"socketIfname": "eth0; rm -rf /"}, "metalslurm:nccl.socketIfname"),
     ({"hca": "mlx5_0"}, "metalslurm:nccl.hca: unknown key; allowed keys: enabled, settings, "
-     "gpudirect, socketIfname"),
+     "socketIfname"),
 ])
 def test_bad_nccl_settings_are_refused_naming_the_key(nccl, expected):
     assert any(p.startswith(expected) for p in problems(nccl=nccl)), problems(nccl=nccl)

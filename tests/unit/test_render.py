@@ -54,8 +54,8 @@ def fixture_inventory() -> dict:
 
 def run_render(tmp_path: Path, releases: tuple[str, ...],
                extra_vars: dict | None = None) -> subprocess.CompletedProcess[str]:
-    handlers = [{"name": topic, "ansible.builtin.debug": {"msg": topic}}
-                for topic in ("Reconfigure Slurm", "Restart slurmctld")]
+    handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
+                for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
     play = [{
         "name": "Render the controller's Slurm files for each release",
         "hosts": "slurm_controller", "gather_facts": False,
@@ -67,11 +67,12 @@ def run_render(tmp_path: Path, releases: tuple[str, ...],
                    "ansible.builtin.include_tasks": str(
                        REPO / "roles/slurm_controller/tasks/render.yml"),
                    "vars": {"slurm_controller_slurm_release": "{{ item }}",
-                            "slurm_common_conf_dir": f"{tmp_path}/{{{{ item }}}}"},
+                            "slurm_common_conf_dir": f"{tmp_path}/{{{{ item }}}}",
+                            "slurm_common_state_dir": f"{tmp_path}/{{{{ item }}}}"},
                    "loop": list(releases)}],
         "handlers": handlers}]
     for release in releases:
-        (tmp_path / release).mkdir()
+        (tmp_path / release).mkdir(exist_ok=True)
     # Tasks included from a play find templates next to the playbook: the role's own.
     (tmp_path / "templates").symlink_to(REPO / "roles/slurm_controller/templates")
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(fixture_inventory()))
@@ -132,20 +133,22 @@ def test_gres_and_cgroup_files(rendered):
 
 
 def test_gres_conf_takes_the_gpu_facts_kept_on_the_controller(tmp_path):
-    """roles/nvidia_gpu keeps each GPU node's facts in the controller's cache (the e2e
-    driver test shows that); gres.conf takes per-GPU files and cores from them, also for a
-    powered-down elastic node (gpu-003), and the count's line for the nodes without."""
-    cache = tmp_path / "gpu-facts"
-    cache.mkdir()
+    """The controller keeps each GPU node's metalslurm_node.gpus (the e2e driver test shows
+    the nvidia_gpu role publishing them); gres.conf takes per-GPU files and cores from them,
+    also for a powered-down elastic node (gpu-003), and the count's line for the nodes
+    without; what is kept afterwards is the nodes' facts, nodes no longer in the inventory
+    left out."""
     facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
-    for node in ("gpu-001", "gpu-003"):
-        (cache / f"{node}.json").write_text(json.dumps(facts))
-    proc = run_render(tmp_path, ("24.11",), {"__metalslurm_gpu_facts_cache": str(cache)})
+    (tmp_path / "24.11").mkdir()
+    kept = tmp_path / "24.11/compute-gpus.json"
+    kept.write_text(json.dumps({"gpu-001": facts, "gpu-003": facts, "gpu-099": facts}))
+    proc = run_render(tmp_path, ("24.11",))
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert lines(tmp_path / "24.11/gres.conf") == [
         "NodeName=gpu-[001,003] Cores=0-55 File=/dev/nvidia[0-3] Name=gpu Type=h100",
         "NodeName=gpu-[001,003] Cores=56-111 File=/dev/nvidia[4-7] Name=gpu Type=h100",
         "NodeName=gpu-[002,004] File=/dev/nvidia[0-7] Name=gpu Type=h100"]
+    assert json.loads(kept.read_text()) == {"gpu-001": facts, "gpu-003": facts}
 
 
 def test_accounting_power_saving_and_scheduling_settings(rendered):

@@ -51,8 +51,9 @@ def test_a_dgx_h100_gets_its_eight_compute_ports_exactly(tmp_path):
                                                "export NCCL_SOCKET_IFNAME==bond0"]
 
 
-def test_a_roce_node_gets_the_gid_index_and_gpudirect_when_asked(tmp_path):
-    proc = configure(tmp_path, "roce-8x400", nccl_ib_gpudirect="dmabuf")
+def test_a_roce_node_gets_the_gid_index_and_the_gpudirect_path_its_gpu_stack_offers(tmp_path):
+    # metalslurm_node.gpudirect: what the nvidia_gpu role publishes (the node facts contract)
+    proc = configure(tmp_path, "roce-8x400", metalslurm_node={"gpudirect": "dmabuf"})
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = settings(tmp_path / "nccl.conf")
     assert "NCCL_IB_GID_INDEX=3" in lines

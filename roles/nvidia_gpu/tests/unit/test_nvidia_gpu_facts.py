@@ -4,7 +4,6 @@ and a CPU topology tree built here, and the gres.conf records made from its fact
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -90,7 +89,3 @@ def test_a_gpu_count_or_type_other_than_the_inventorys_is_an_error_naming_the_ho
     assert gpu.facts_problems([{"name": "NVIDIA L40S"}], "a", 1, "l4") != []
 
 
-def test_the_controllers_cache_listing_is_read_host_by_host():
-    facts = [{"minor": 0, "cores": "0-55"}]
-    listing = f"gpu-003\t{json.dumps(facts)}\ngpu-004\tnot json\n\n"
-    assert gpu.cached_facts(listing) == {"gpu-003": facts}

@@ -19,5 +19,4 @@ class FilterModule:
             "nvidia_repositories": gpu.repositories,
             "nvidia_key_problems": gpu.key_problems,
             "gpu_facts_problems": gpu.facts_problems,
-            "cached_gpu_facts": gpu.cached_facts,
         }

@@ -24,7 +24,7 @@ def nccl_settings(hcas: list[dict[str, Any]], host: str, socket_ifname: str, gpu
     """{settings, problems, warnings} for one node."""
     result = nccl.derive_nccl_settings(
         hcas, host=host, socket_ifname=socket_ifname or None,
-        gpudirect=None if gpudirect in ("", "none", "off") else gpudirect,
+        gpudirect=None if gpudirect in ("", "off") else gpudirect,
         overrides={str(k): str(v) for k, v in (overrides or {}).items()})
     return {"settings": result.settings, "problems": result.problems,
             "warnings": result.warnings}

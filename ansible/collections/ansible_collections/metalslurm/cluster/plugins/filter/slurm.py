@@ -72,20 +72,33 @@ def def_mem_per_cpu(nodes: list[dict]) -> int | None:
     return min(shares) if shares else None
 
 
+def gpu_facts(hosts: list[str], hostvars: Any, cached: dict | None = None) -> dict[str, list]:
+    """host -> its GPUs as the driver sees them: this run's ``metalslurm_node.gpus`` (the
+    node facts contract), else ``cached`` (what the controller kept from an earlier run, for
+    a node that is not up now); hosts with neither are left out."""
+    found = {}
+    for h in hosts:
+        gpus = (hostvar(hostvars, h, "metalslurm_node") or {}).get("gpus") or \
+            (cached or {}).get(h)
+        if gpus:
+            found[h] = list(gpus)
+    return found
+
+
 @slurm_errors
-def gres_records(hosts: list[str], hostvars: Any, cached: dict | None = None) -> list[dict]:
+def gres_records(hosts: list[str], hostvars: Any,
+                 gpus_of: dict[str, list] | None = None) -> list[dict]:
     """gres.conf records (grouped into hostlists when rendered): from a node's GPU facts
-    (this run's, or the controller's cache for a node that is powered down now) one record
-    per set of GPUs sharing a CPU affinity, with Cores=; without facts (no driver yet, fake
-    GPUs) the inventory's count of /dev/nvidiaN files."""
+    (``gpus_of``, see :func:`gpu_facts`) one record per set of GPUs sharing a CPU affinity,
+    with Cores=; without facts (no driver yet, fake GPUs) the inventory's count of
+    /dev/nvidiaN files."""
     records = []
     for h in hosts:
         gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
         if not gpus:
             continue
         gtype = hostvar(hostvars, h, "metalslurm_gpu_type")
-        facts = (hostvar(hostvars, h, "ansible_facts") or {}).get("metalslurm_gpus") \
-            or (cached or {}).get(h)
+        facts = (gpus_of or {}).get(h)
         if facts and len(facts) == gpus:
             records.extend(gpu.gres_gpu_records(h, facts, gtype))
         else:
@@ -161,6 +174,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "slurm_nodes": slurm_nodes,
+            "gpu_facts": gpu_facts,
             "gres_records": gres_records,
             "def_mem_per_cpu": def_mem_per_cpu,
             "partition_records": partition_records,

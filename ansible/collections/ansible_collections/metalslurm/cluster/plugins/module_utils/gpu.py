@@ -14,7 +14,6 @@ are present, DCGM, and nvidia-container-toolkit for Enroot's GPU hook.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -229,15 +228,3 @@ def gres_gpu_records(host: str, gpus: Sequence[Mapping[str, Any]],
     return records
 
 
-def cached_facts(listing: str) -> dict[str, list[dict[str, Any]]]:
-    """host -> GPU facts from the controller's cache listing (``host<TAB>json`` lines)."""
-    cached = {}
-    for line in listing.splitlines():
-        host, _, text = line.partition("\t")
-        try:
-            value = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(value, list):
-            cached[host] = value
-    return cached

@@ -87,18 +87,25 @@ def test_def_mem_per_cpu_is_the_smallest_nodes_share():
 
 
 def test_gres_records_take_live_gpu_facts_then_the_controllers_cache_then_the_count():
-    gres_records = filters.gres_records
     facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
     hostvars = {
         "gpu-001": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100",
-                    "ansible_facts": {"metalslurm_gpus": facts}},
+                    "metalslurm_node": {"gpus": facts, "gpudirect": "dmabuf"}},
         "gpu-002": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
-        "gpu-003": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
+        "gpu-003": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100",
+                    "metalslurm_node": {"gpus": [], "gpudirect": "off"}},
+        "gpu-004": {"metalslurm_gpu_count": 8, "metalslurm_gpu_type": "h100"},
         "cpu-001": {"metalslurm_gpu_count": 0}}
-    records = gres_records(["gpu-001", "gpu-002", "gpu-003", "cpu-001"], hostvars,
-                           {"gpu-003": facts, "gpu-002": facts[:7]})
+    hosts = ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "cpu-001"]
+    cached = {"gpu-001": facts[:4], "gpu-003": facts, "gpu-002": facts[:7], "gone-001": facts}
+    gpus = filters.gpu_facts(hosts, hostvars, cached)
+    # this run's facts win; a node without them keeps what the controller kept; a host no
+    # longer in the inventory is dropped from what is kept
+    assert gpus == {"gpu-001": facts, "gpu-002": facts[:7], "gpu-003": facts}
+    records = filters.gres_records(hosts, hostvars, gpus)
     assert [(r["NodeName"], r["File"], r.get("Cores")) for r in records] == [
         ("gpu-001", "/dev/nvidia[0-3]", "0-55"), ("gpu-001", "/dev/nvidia[4-7]", "56-111"),
         # cached facts for 7 GPUs of an 8-GPU node are stale: the count's files, no Cores
         ("gpu-002", "/dev/nvidia[0-7]", None),
-        ("gpu-003", "/dev/nvidia[0-3]", "0-55"), ("gpu-003", "/dev/nvidia[4-7]", "56-111")]
+        ("gpu-003", "/dev/nvidia[0-3]", "0-55"), ("gpu-003", "/dev/nvidia[4-7]", "56-111"),
+        ("gpu-004", "/dev/nvidia[0-7]", None)]
