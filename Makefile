@@ -40,6 +40,7 @@ lint: deps
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
+	$(BIN)/pytest -q -p no:cacheprovider tests/lint  # roles stand on their own (tests/lint/test_roles.py)
 
 # Unit tests: the operator side (tests/unit, tests/pulumi), each role's own (roles/*/tests/unit)
 # and the collection's (its tests/unit). No container, no network.

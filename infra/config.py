@@ -147,8 +147,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("topology", "Slurm's switch topology (topology.conf) - plugin, source (config or "
              "ibnetdiscover), leaves, spines, blockSizes, discovery."),
     StackKey("nccl", "NCCL settings written to /etc/nccl.conf over the ones derived from each "
-             "node's HCAs - enabled, settings, socketIfname (GPUDirect RDMA follows metalslurm:gpu's "
-             "gpudirect).", {}),
+             "node's HCAs - enabled, settings, socketIfname (GPUDirect RDMA follows "
+             "metalslurm:gpu's gpudirect).", {}),
     StackKey("health", "The node health checker Slurm runs (HealthCheckProgram) - enabled, "
              "interval, nodeState, checkTimeout, xidWindow, maxEccUncorrected, ibRateGbps, "
              "minFreeTmpMib, minFreeCacheMib.", {}),

@@ -16,3 +16,13 @@ def role_defaults(role: str) -> dict:
 def test_the_roles_default_time_is_the_stack_configs():
     """A hand-written inventory's partitions get the same DefaultTime as a parsed stack's."""
     assert role_defaults("slurm_controller")["slurm_controller_default_time"] == DEFAULT_JOB_TIME
+
+
+def test_slurm_conf_names_the_health_checker_where_its_role_installs_it():
+    assert role_defaults("slurm_controller")["slurm_controller_health_program"] == \
+        role_defaults("slurm_health")["slurm_health_program"]
+
+
+def test_slurm_runs_as_the_user_the_common_role_creates():
+    assert role_defaults("slurm_common")["slurm_common_user"] == \
+        role_defaults("common")["common_slurm_user"]

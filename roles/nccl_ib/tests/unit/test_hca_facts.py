@@ -66,6 +66,17 @@ def test_committed_trees_equal_a_fresh_build(trees, tmp_path):
             f"{name} differs from build_trees.py: run python tests/fixtures/sysfs/build_trees.py")
 
 
+@pytest.mark.parametrize("tree", ["dgx-h100", "roce-8x400", "oci-bm-gpu-h100-8", "ethernet-only"])
+def test_the_recorded_hca_facts_are_what_the_module_reads(hca_facts, tree):
+    """tests/fixtures/hca holds these as the NCCL derivation's input (the collection's
+    tests); METALSLURM_WRITE_HCA_FACTS=1 writes them anew after a change of the module."""
+    found = hca_facts.hca_facts(str(SYSFS / tree))["metalslurm_hcas"]
+    recorded = REPO / "tests/fixtures/hca" / f"{tree}.json"
+    if os.environ.get("METALSLURM_WRITE_HCA_FACTS"):
+        recorded.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    assert json.loads(recorded.read_text()) == found
+
+
 def test_fixture_symlinks_are_relative_and_stay_in_their_tree():
     links = [p for p in SYSFS.rglob("*") if p.is_symlink()]
     assert len(links) > 300

@@ -25,6 +25,46 @@ NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 GPU_TYPES = ("a100", "a10", "b200", "gh200", "h100", "h200", "l4", "l40s")
 MAX_GPUS_PER_NODE = 16
 
+# The variables an inventory may carry, each with what it is: every provider's inventory
+# builder writes only these, and the roles read only these of the inventory (tests/lint keeps
+# both true). Under group ``all``:
+CLUSTER_VARS = {
+    "metalslurm_cluster_name": "Slurm's ClusterName",
+    "metalslurm_provider": "local, byo or oci",
+    "metalslurm_os": "the stack's operating system (debian12, ubuntu24.04, ...)",
+    "metalslurm_private_cidr": "the private network every node is on",
+    "metalslurm_shared_storage": "nfs, host-bind or none",
+    "metalslurm_shared_paths": "the shared directories (/home, /shared)",
+    "metalslurm_partitions": "[{name, nodes, default, max_time, default_time, options}]",
+    "metalslurm_users": "[{name, uid}]: cluster users, the same UID on every node",
+    "metalslurm_accounting": "{accounts, qos, prune}",
+    "metalslurm_slurm_conf": "slurm.conf settings over the defaults",
+    "metalslurm_elastic": "power saving timings and rates",
+    "metalslurm_containers": "Enroot and Pyxis",
+    "metalslurm_topology": "the switch topology's source and plugin",
+    "metalslurm_nccl": "NCCL settings over the derived ones",
+    "metalslurm_gpu": "the NVIDIA driver stack",
+    "metalslurm_health": "the node health checker",
+}
+# Per host (compute hosts: the GPU, state, switch, power and node option variables):
+HOST_VARS = {
+    "metalslurm_address": "the private address",
+    "metalslurm_gpu_type": "h100, ...",
+    "metalslurm_gpu_count": "GPUs per node",
+    "metalslurm_node_state": "static or cloud (elastic)",
+    "metalslurm_switch": "the leaf switch (topology from the stack)",
+    "metalslurm_power": "{driver, non-secret parameters}: how an elastic node is powered",
+    "metalslurm_node_options": "NodeName settings that replace the gathered facts",
+}
+# Secrets reach the roles as paths of 0600 files on the operator's machine, never as values:
+SECRET_FILE_VARS = {
+    "munge_key_b64_file": "the munge key, base64",
+    "slurmdbd_password_file": "the accounting database's password",
+    "slurm_jwt_key_b64_file": "Slurm's JWT key, base64",
+    "slurm_elastic_credentials_file": "BMC logins of the power drivers",
+    "registry_credentials_file": "container registry logins",
+}
+
 
 def gpu_type_problem(gpu_type: Any) -> str | None:
     """What is wrong with a GPU type (the end of a sentence), or None."""

@@ -1,15 +1,14 @@
-"""NCCL settings from the HCA facts of the sysfs fixture trees (module_utils/nccl.py)."""
+"""NCCL settings from the HCA facts of the sysfs fixture trees (module_utils/nccl.py): the
+facts as the nccl_ib role's module reads them, recorded in tests/fixtures/hca."""
 
 import copy
-import importlib.util
+import json
 import subprocess
 
 import pytest
 from ansible_collections.metalslurm.cluster.plugins.module_utils import nccl
 
-from tests.paths import REPO
-
-SYSFS = REPO / "tests/fixtures/sysfs"
+from tests.paths import FIXTURES
 
 DGX_HCA = "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
 # OCI's documented NCCL_IB_HCA for BM.GPU.H100.8, with the ports spelled out.
@@ -19,12 +18,7 @@ OCI_HCA = "=" + ",".join(f"mlx5_{i}:1" for i in (0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 
 
 @pytest.fixture(scope="module")
 def hcas():
-    spec = importlib.util.spec_from_file_location(
-        "hca_facts_for_nccl", REPO / "roles/nccl_ib/library/hca_facts.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {tree: module.hca_facts(str(SYSFS / tree))["metalslurm_hcas"]
+    return {tree: json.loads((FIXTURES / "hca" / f"{tree}.json").read_text())
             for tree in ("dgx-h100", "roce-8x400", "oci-bm-gpu-h100-8", "ethernet-only")}
 
 
