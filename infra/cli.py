@@ -54,12 +54,14 @@ def state_dir_for(stack_file: Path) -> Path:
     return Path(".metalslurm") / stack_name(stack_file)
 
 
-def _local_cluster(stack_file: Path) -> tuple[ClusterConfig, LocalCluster]:
+def _local_cluster(stack_file: Path,
+                   check_artifacts: bool = False) -> tuple[ClusterConfig, LocalCluster]:
     """The stack's parsed config and its local cluster (a config error stops here, before
-    podman is touched)."""
+    podman is touched). ``check_artifacts``: 'up' also checks the container artifacts
+    kept on this machine; down, status and exec do not need them."""
     from infra.providers.local import LocalCluster, LocalPlan
 
-    cfg = load_stack_file(stack_file)
+    cfg = load_stack_file(stack_file, check_artifacts=check_artifacts)
     if cfg.provider != "local":
         raise ConfigError([f"metalslurm:provider is {cfg.provider!r}; 'metalslurm local' "
                            "needs provider: local"], str(stack_file))
@@ -123,7 +125,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
-    cfg, cluster = _local_cluster(args.stack)  # config errors stop here, before anything
+    cfg, cluster = _local_cluster(args.stack, check_artifacts=True)  # errors stop here
     rc, timings = local_up(cfg, cluster, configure=not args.no_configure,
                            verify=not args.no_verify, verbose=args.verbose)
     total = sum(timings.values())
@@ -268,7 +270,7 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
         elif args.stack:
             from infra.providers.local import container_name
 
-            cfg = load_stack_file(args.stack)
+            cfg = load_stack_file(args.stack, check_artifacts=False)
             text = report.fetch_podman(command,
                                        container_name(cfg.cluster_name, cfg.controller_name))
         else:
