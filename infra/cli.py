@@ -54,12 +54,14 @@ def state_dir_for(stack_file: Path) -> Path:
     return Path(".metalslurm") / stack_name(stack_file)
 
 
-def _local_cluster(stack_file: Path) -> tuple[ClusterConfig, LocalCluster]:
+def _local_cluster(stack_file: Path,
+                   check_artifacts: bool = False) -> tuple[ClusterConfig, LocalCluster]:
     """The stack's parsed config and its local cluster (a config error stops here, before
-    podman is touched)."""
+    podman is touched). ``check_artifacts``: 'up' also checks the container artifacts
+    kept on this machine; down, status and exec do not need them."""
     from infra.providers.local import LocalCluster, LocalPlan
 
-    cfg = load_stack_file(stack_file)
+    cfg = load_stack_file(stack_file, check_artifacts=check_artifacts)
     if cfg.provider != "local":
         raise ConfigError([f"metalslurm:provider is {cfg.provider!r}; 'metalslurm local' "
                            "needs provider: local"], str(stack_file))
@@ -123,7 +125,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
-    cfg, cluster = _local_cluster(args.stack)  # config errors stop here, before anything
+    cfg, cluster = _local_cluster(args.stack, check_artifacts=True)  # errors stop here
     rc, timings = local_up(cfg, cluster, configure=not args.no_configure,
                            verify=not args.no_verify, verbose=args.verbose)
     total = sum(timings.values())
@@ -243,6 +245,28 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_wheelhouse(args: argparse.Namespace) -> int:
+    """Download the pinned wheels the nodes install offline (the e2e tests' own download)."""
+    from infra import wheelhouse
+
+    args.requirements = args.requirements or wheelhouse.DEFAULT_REQUIREMENTS
+    python = args.python or wheelhouse.node_python(
+        load_stack_file(args.stack, check_artifacts=False).os)
+    problems = wheelhouse.input_problems(python, args.requirements, args.dest)
+    if problems:
+        raise ConfigError(problems, "metalslurm wheelhouse")
+    say(f"==> wheelhouse {args.dest}: the wheels of {args.requirements} for Python {python}")
+    fetched = wheelhouse.fill_wheelhouse(args.dest, python, args.requirements)
+    found = wheelhouse.wheels(args.dest)
+    size = sum(w.stat().st_size for w in found) / 2**20
+    say(f"    {len(found)} wheels, {size:.1f} MiB"
+        + ("" if fetched else " (already complete for these requirements: nothing downloaded)"))
+    say("copy it to shared storage on the cluster (e.g. /shared/wheelhouse), then build "
+        "offline: srun --nodes=1 --ntasks=1 env PIP_NO_INDEX=1 "
+        "PIP_FIND_LINKS=/shared/wheelhouse setup-train-env.sh")
+    return 0
+
+
 def cmd_report_usage(args: argparse.Namespace) -> int:
     from datetime import datetime
 
@@ -268,7 +292,7 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
         elif args.stack:
             from infra.providers.local import container_name
 
-            cfg = load_stack_file(args.stack)
+            cfg = load_stack_file(args.stack, check_artifacts=False)
             text = report.fetch_podman(command,
                                        container_name(cfg.cluster_name, cfg.controller_name))
         else:
@@ -354,6 +378,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate = config_sub.add_parser("validate", help="check a stack config file")
     validate.add_argument("stack_file", type=Path)
     validate.set_defaults(func=cmd_config_validate)
+
+    wh = sub.add_parser(
+        "wheelhouse", help="download the pinned wheels nodes install offline",
+        description="Downloads the wheels of a pinned requirements file (default: the CPU "
+        "training examples') for the nodes' Python into DEST, on this machine, for nodes "
+        "that cannot reach a package index (PIP_NO_INDEX=1 PIP_FIND_LINKS=DEST).")
+    wh.add_argument("--dest", type=Path, required=True, help="the wheelhouse directory")
+    version = wh.add_mutually_exclusive_group()
+    version.add_argument("--python", help="the nodes' Python, such as 3.13 (default: the one "
+                         "the stack's metalslurm:os ships)")
+    version.add_argument("--stack", type=Path, default=DEFAULT_STACK,
+                         help="take the Python from this stack's metalslurm:os "
+                         f"(default {DEFAULT_STACK})")
+    wh.add_argument("--requirements", type=Path, default=None,
+                    help="pinned requirements (default: "
+                    "examples/python/requirements-train-cpu.txt)")
+    wh.set_defaults(func=cmd_wheelhouse)
 
     rep = sub.add_parser("report", help="reports from Slurm accounting")
     rep_sub = rep.add_subparsers(dest="report_command", required=True)

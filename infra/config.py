@@ -565,11 +565,13 @@ def stack_keys(raw_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
-                 base_dir: Path | None = None) -> ClusterConfig:
+                 base_dir: Path | None = None, check_artifacts: bool = True) -> ClusterConfig:
     """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``).
 
     ``base_dir``: what relative paths in the config (the container artifacts' mirror) are
     relative to: the stack file's directory (the project directory under Pulumi).
+    ``check_artifacts``: check the container artifacts kept on this machine (a mirror
+    directory) too; commands that only reach a cluster that exists leave it off.
     """
     c = Collector()
     given = stack_keys(raw_config)
@@ -597,7 +599,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     storage = _parse_storage(c, raw)
     users = _parse_users(c, raw)
     containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
-                                  base_dir)
+                                  base_dir, check_artifacts)
     configure = c.boolean(raw, "configure", key("configure"), False)
     secrets = {k: c.secret_present(raw, k) for k in SECRET_KEYS}
     if secrets["registryCredentials"] and containers.credentials_file:
@@ -651,11 +653,12 @@ def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str |
     return replace(topology, discovery_simulator=str(path.resolve()))
 
 
-def load_stack_file(path: str | Path) -> ClusterConfig:
+def load_stack_file(path: str | Path, check_artifacts: bool = True) -> ClusterConfig:
     """Read a ``Pulumi.<stack>.yaml`` file and parse its ``config:`` section.
 
     A file without any ``metalslurm:`` key is refused: it would silently describe the
     default cluster, which is never what a stack file that was meant for a real one wants.
+    ``check_artifacts``: see :func:`parse_config`.
     """
     path = Path(path)
     try:
@@ -673,4 +676,5 @@ def load_stack_file(path: str | Path) -> ClusterConfig:
         raise ConfigError([f"the file has no {NAMESPACE}: config, so it would describe the "
                            "default cluster without saying so; add 'config:' with at least "
                            f"'{key('provider')}' (see Pulumi.example-local.yaml)"], str(path))
-    return parse_config(config, source=str(path), base_dir=path.resolve().parent)
+    return parse_config(config, source=str(path), base_dir=path.resolve().parent,
+                        check_artifacts=check_artifacts)

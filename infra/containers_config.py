@@ -8,10 +8,15 @@ stack config and by the role to its inventory.
 Artifacts (the Enroot .deb files and the Pyxis source) come from a URL or a path, each
 with a pinned sha256; a mirror (a directory or URL holding them under their file names)
 replaces the upstream URLs, which is how air-gapped sites and the tests install them.
+Those kept on this machine (a mirror directory, an artifact's path) are checked here, by
+the rule the role applies (:func:`check_local_artifacts`): a missing file or one whose
+sha256 differs from its pin stops the config before an image is built or a node started,
+instead of the role stopping minutes later.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import stat
@@ -25,12 +30,20 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.containers impo
     ARTIFACT_NAMES,
     SHA256_RE,
     ContainersError,
+    artifact_sources,
     credentials_problems,
 )
 
 from infra.schema import Collector, key
 
 CONTAINER_SCOPES = ("global", "job")
+
+# The role's artifacts, each one's upstream URL and file name: the enroot_pyxis role's
+# defaults own them; a mirror directory is checked for the same file names.
+ROLE_DEFAULTS = Path(__file__).resolve().parents[1] / "roles/enroot_pyxis/defaults/main.yml"
+# What to do instead of a mirror this machine does not have.
+WITHOUT_MIRROR = ("or remove mirror to download from upstream, pinned by upstream's own sha256 "
+                  "(the README's 'Containers in jobs' has the stanza)")
 
 
 # Pyxis plugstack options metalslurm writes (pyxis config.c); values are checked here.
@@ -152,7 +165,9 @@ def _under(path: str, shared: tuple[str, ...]) -> str | None:
 
 
 def parse_containers(c: Collector, raw: Mapping[str, Any], shared_paths: tuple[str, ...],
-                     base_dir: Path | None) -> ContainerSettings:
+                     base_dir: Path | None, check_artifacts: bool = True) -> ContainerSettings:
+    """``check_artifacts``: also check the artifacts kept on this machine (a mirror
+    directory, an artifact's path): each must be there, with its pinned sha256."""
     where = key("containers")
     item = c.mapping(raw, "containers", where)
     c.unknown_keys(item, _CONTAINER_KEYS, where)
@@ -190,10 +205,83 @@ def parse_containers(c: Collector, raw: Mapping[str, Any], shared_paths: tuple[s
             creds = ""
         elif creds:
             _check_credentials_file(c, Path(creds), f"{where}.credentialsFile")
-    return ContainerSettings(enabled=enabled, mirror=mirror, pinned_only=pinned_only,
-                             artifacts=artifacts, storage_dir=dirs["storageDir"],
-                             cache_dir=dirs["cacheDir"], run_size=run_size or "50%",
-                             pyxis=pyxis, credentials_file=creds)
+    settings = ContainerSettings(enabled=enabled, mirror=mirror, pinned_only=pinned_only,
+                                 artifacts=artifacts, storage_dir=dirs["storageDir"],
+                                 cache_dir=dirs["cacheDir"], run_size=run_size or "50%",
+                                 pyxis=pyxis, credentials_file=creds)
+    if check_artifacts and enabled:
+        check_local_artifacts(c, settings)
+    return settings
+
+
+def role_artifacts(defaults: Path = ROLE_DEFAULTS) -> dict[str, dict[str, str]]:
+    """The role's artifacts by its names: {url, file} (its defaults/main.yml)."""
+    return dict(yaml.safe_load(defaults.read_text())["enroot_pyxis_artifacts"])
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def check_local_artifacts(c: Collector, settings: ContainerSettings,
+                          artifacts: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    """Every artifact the role would copy from this machine (a mirror directory, or an
+    artifact whose url is a path) is a readable file with its pinned sha256.
+
+    Where each artifact comes from is the role's own rule (``artifact_sources``); an
+    http(s) mirror or URL cannot be checked without fetching it and is left to the role.
+    Hashing costs about 2 ms per MB (the artifacts are a few MB).
+    """
+    where = key("containers")
+    config_names = {role: name for name, role in ARTIFACT_NAMES.items()}
+    overrides = {ARTIFACT_NAMES[n]: {"url": a.url, "sha256": a.sha256}
+                 for n, a in settings.artifacts.items()}
+    try:
+        sources = artifact_sources(artifacts or role_artifacts(), overrides, settings.mirror)
+    except ContainersError as exc:
+        c.problem(where, str(exc))
+        return
+    local = [s for s in sources if not s["remote"]]
+    mirror = Path(settings.mirror) if settings.mirror else None
+    from_mirror = [s for s in local if not overrides.get(s["name"], {}).get("url")]
+    if mirror is not None and from_mirror and not mirror.is_dir():
+        files = [s["file"] for s in from_mirror]
+        what = "is not a directory" if mirror.exists() else "does not exist on this machine"
+        c.problem(f"{where}.mirror", f"{mirror} {what}; it should hold {_and(files)}: put "
+                  f"{'them' if len(files) > 1 else 'it'} there, point mirror at a directory "
+                  f"that has {'them' if len(files) > 1 else 'it'}, {WITHOUT_MIRROR}")
+        local = [s for s in local if s not in from_mirror]
+    for s in local:
+        name = config_names[s["name"]]
+        path = Path(s["location"])
+        if s in from_mirror:
+            at = f"{where}.mirror"
+            missing = (f"{mirror} has no {s['file']} (the {name} artifact): put {s['file']} "
+                       f"there, point mirror at a directory that has it, {WITHOUT_MIRROR}")
+        else:
+            at = f"{where}.artifacts.{name}.url"
+            missing = (f"{path} does not exist on this machine: put the file there, or give "
+                       "its path or http(s) URL")
+        if not path.exists():
+            c.problem(at, missing)
+            continue
+        if not path.is_file():
+            c.problem(at, f"{path} is not a file")
+            continue
+        try:
+            digest = _sha256(path)
+        except OSError as exc:
+            c.problem(at, f"cannot read {path}: {exc.strerror}")
+            continue
+        if s["sha256"] and digest != s["sha256"]:
+            c.problem(f"{where}.artifacts.{name}.sha256",
+                      f"{path} has sha256 {digest}, not the pinned {s['sha256']}: put the "
+                      "pinned file there, or correct the pin")
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _check_credentials_file(c: Collector, path: Path, where: str) -> None:

@@ -9,6 +9,8 @@ What lives there::
     ssh/                   the local provider's own SSH key and known_hosts
     nodes/<node>/          files the local provider bind-mounts into a node container
     shared/                host directories shared by bind mounts (local, no kernel NFS)
+    host-ca/               the host's extra CA certificates, mounted read-only into the
+                           local cluster's nodes (infra/providers/host_ca.py)
     podman/                the podman API socket the local power driver talks to
 
 ``metalslurm local up`` makes the secrets here (:func:`ensure_cluster_secrets`); ``pulumi
@@ -126,6 +128,10 @@ class StateDir:
     @property
     def shared(self) -> Path:
         return self.root / "shared"
+
+    @property
+    def host_ca(self) -> Path:
+        return self.root / "host-ca"
 
     @property
     def podman_socket_dir(self) -> Path:

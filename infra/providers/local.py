@@ -32,6 +32,13 @@ from typing import Any
 
 from infra.config import ClusterConfig
 from infra.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
+from infra.providers.host_ca import (
+    NODE_HOST_CA_DIR,
+    host_bundles,
+    host_ca_digest,
+    host_extra_certificates,
+    write_host_ca_dir,
+)
 from infra.providers.podman import (
     PodmanError,
     containers,
@@ -53,8 +60,9 @@ ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's har
 # job's cgroup by them). On this host's hybrid cgroup v1 layout the node's systemd then
 # leaves the name=systemd cgroup podman made for it, and 'podman exec' into the node
 # fails: the local cluster reaches its nodes over SSH (as Ansible does), and reads files
-# from a node with 'podman cp'.
-CONTAINER_SPEC = "2"
+# from a node with 'podman cp'. Version 3: every node mounts the host's extra CA
+# certificates read-only (infra/providers/host_ca.py).
+CONTAINER_SPEC = "3"
 
 
 class LocalProviderError(RuntimeError):
@@ -314,6 +322,11 @@ class LocalCluster:
                 host_dir.mkdir(parents=True)
                 host_dir.chmod(0o755 if path == "/home" else 0o1777)
 
+    def ensure_host_ca(self) -> str:
+        """The host's extra CA certificates (a TLS-inspecting proxy's, a company CA) as
+        files under the state directory, which every node mounts and trusts; their digest."""
+        return write_host_ca_dir(self.state.host_ca, host_extra_certificates(host_bundles()))
+
     def ensure_network(self) -> None:
         name = self.network_name
         if podman("network", "exists", name, check=False).returncode == 0:
@@ -332,8 +345,11 @@ class LocalCluster:
             # The power programs on the controller start and stop elastic node containers
             # through podman's REST API (the socket's directory, mounted at /run/podman).
             mounts = [*mounts, (self.state.podman_socket_dir, "/run/podman")]
+        # The host's CAs are part of the node's files: a node is made again when they change.
+        self.state.host_ca.mkdir(parents=True, exist_ok=True)
         node_env = (f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
-                    f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n")
+                    f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n"
+                    f"METALSLURM_HOST_CA={host_ca_digest(self.state.host_ca)}\n")
         public_key = self.state.ssh_key.with_suffix(".pub").read_text()
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
         made_as = (found[0].get("Labels") or {}).get("metalslurm.spec") if found else None
@@ -359,7 +375,8 @@ class LocalCluster:
                 "--label", f"{LABEL}={self.plan.cluster_name}",
                 "--label", f"metalslurm.node={spec.name}",
                 "--label", f"metalslurm.groups={','.join(spec.groups)}",
-                "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro"]
+                "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro",
+                "-v", f"{self.state.host_ca.resolve()}:{NODE_HOST_CA_DIR}:ro"]
         for host_dir, path in mounts:
             args += ["-v", f"{host_dir.resolve()}:{path}"]
         for limit in ULIMITS:
@@ -491,6 +508,7 @@ class LocalCluster:
         specs = self.specs()
         self.ensure_ssh_key()
         self.ensure_shared_dirs()
+        self.ensure_host_ca()
         self.ensure_network()
         if self.has_elastic_nodes:
             self.ensure_podman_service()

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> None:
         cluster.preflight()
         cluster.ensure_ssh_key()
         cluster.ensure_shared_dirs()
+        cluster.ensure_host_ca()
         cluster.ensure_network()
         if cluster.has_elastic_nodes:
             cluster.ensure_podman_service()

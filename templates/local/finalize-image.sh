@@ -5,7 +5,8 @@
 # round trip per package. Keep this idempotent: a failed build is simply rebuilt.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
-systemctl enable metalslurm-fake-gpus.service metalslurm-ssh-hostkeys.service ssh.service
+systemctl enable metalslurm-fake-gpus.service metalslurm-ssh-hostkeys.service \
+    metalslurm-host-ca.service ssh.service
 # Units that cannot work in a container (kernel modules, consoles).
 systemctl mask systemd-modules-load.service getty@tty1.service console-getty.service \
     systemd-firstboot.service

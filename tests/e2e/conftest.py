@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.wheelhouse import fill_wheelhouse
+
 REPO = Path(__file__).resolve().parents[2]
 STACKS = Path(__file__).resolve().parent / "stacks"
 # The offline mirror of the container artifacts (Enroot .deb files, Pyxis source): never
@@ -114,26 +116,11 @@ TRAIN_REQUIREMENTS = REPO / "examples/python/requirements-train-cpu.txt"
 
 def train_wheels(python: str) -> Path:
     """The pinned wheels of the CPU training examples (JAX, Ray) for the nodes' CPython
-    ``python`` ("3.13"), downloaded on this host once (cached under .metalslurm/cache): the
-    nodes install from them offline, as a site without internet access would from its own
-    mirror."""
+    ``python`` ("3.13"), downloaded on this host once (cached under .metalslurm/cache) by
+    what 'metalslurm wheelhouse' runs: the nodes install from them offline, as a site
+    without internet access would from its own mirror."""
     cache = REPO / ".metalslurm/cache/wheels" / f"train-cpu-py{python}"
-    stamp = cache / ".requirements"
-    if stamp.exists() and stamp.read_text() == TRAIN_REQUIREMENTS.read_text():
-        return cache
-    cache.mkdir(parents=True, exist_ok=True)
-    platforms = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-                 "manylinux2014_x86_64")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
-                           "--disable-pip-version-check", "--only-binary=:all:",
-                           "--python-version", python, "--implementation", "cp",
-                           *(f"--platform={p}" for p in platforms),
-                           "--requirement", str(TRAIN_REQUIREMENTS), "--dest", str(cache)],
-                          check=False, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download of {TRAIN_REQUIREMENTS.name} failed: "
-                           f"{proc.stderr[-3000:]}")
-    stamp.write_text(TRAIN_REQUIREMENTS.read_text())
+    fill_wheelhouse(cache, python, TRAIN_REQUIREMENTS)
     return cache
 
 

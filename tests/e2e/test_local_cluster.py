@@ -10,11 +10,18 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
 from infra.configure import run_playbook
+from infra.providers.host_ca import (
+    NODE_HOST_CA_DIR,
+    certificates,
+    host_bundles,
+    host_extra_certificates,
+)
 from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exists
 
 CLUSTER = "ms-e2e13"
@@ -48,6 +55,28 @@ def test_bad_config_stops_before_anything_is_created(tmp_path):
     assert "metalslurm:computePools[0].count: must be at least 0, got -2" in proc.stdout
     assert cluster_containers("ms-e2e-bad") == []
     assert not network_exists("ms-e2e-bad-net")
+
+
+def test_a_clone_without_the_artifact_mirror_is_refused_in_seconds(tmp_path):
+    """What a fresh clone meets without ../shared/vendor beside it: refused before an image
+    is built or a container started, naming the missing directory and its files."""
+    stack = tmp_path / "Pulumi.nomirror.yaml"
+    stack.write_text(yaml.safe_dump({"config": {
+        "metalslurm:clusterName": "ms-e2e-nomirror", "metalslurm:privateCidr": "10.78.98.0/24",
+        "metalslurm:containers": {"mirror": "../shared/vendor", "pinnedOnly": True,
+                                  "artifacts": {n: {"sha256": "0" * 64} for n in
+                                                ("enroot", "enrootCaps", "pyxis")}}}}))
+    start = time.monotonic()
+    proc = metalslurm("local", "up", "--stack", str(stack))
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2
+    assert (f"metalslurm:containers.mirror: {tmp_path.parent}/shared/vendor does not exist on "
+            "this machine; it should hold enroot_4.1.2-1_amd64.deb, "
+            "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz") in proc.stdout
+    assert elapsed < 5, f"{elapsed:.1f} s"
+    assert "==> image" not in proc.stdout
+    assert cluster_containers("ms-e2e-nomirror") == []
+    assert not network_exists("ms-e2e-nomirror-net")
 
 
 def test_up_provisions_configures_and_verifies(up):
@@ -167,6 +196,34 @@ def test_status_and_exec(up):
         assert f"{CLUSTER}-{node}" in status.stdout
     proc = metalslurm("local", "exec", "--stack", str(up.stack), "gpu-002", "--", "hostname")
     assert (proc.returncode, proc.stdout.strip()) == (0, "gpu-002")
+
+
+HOST_CAS = host_extra_certificates(host_bundles())
+
+
+@pytest.mark.skipif(not HOST_CAS, reason="this host trusts no CA beyond its distribution's "
+                    "own set (no TLS-inspecting proxy, no company CA): nothing to hand the nodes")
+@pytest.mark.parametrize("node", ["ctl", "gpu-001"])
+def test_the_nodes_trust_the_hosts_extra_cas_through_their_own_bundle(up, node):
+    """The host's extra CAs are in the bundle the node's ca-certificates package builds,
+    and stay there when update-ca-certificates runs again (as a package upgrade runs it);
+    the bundle is the node's own file, not a mount; the mounted copy is read-only."""
+    bundle = up.on(node, "update-ca-certificates >/dev/null 2>&1 && "
+                         "cat /etc/ssl/certs/ca-certificates.crt").stdout
+    trusted = certificates(bundle)
+    assert [der in trusted for der in HOST_CAS] == [True] * len(HOST_CAS)
+    mounts = up.on(node, "cut -d' ' -f5 /proc/self/mountinfo").stdout.split()
+    assert [m for m in mounts if m.startswith("/etc/ssl")] == []
+    assert NODE_HOST_CA_DIR in mounts
+    write = up.on(node, f"touch {NODE_HOST_CA_DIR}/x", check=False)
+    assert write.returncode != 0 and "Read-only file system" in write.stderr
+
+
+def test_pip_on_the_nodes_uses_the_system_bundle(up):
+    """Every pip, a virtual environment's too (python3-venv is on compute nodes)."""
+    out = up.on("gpu-001", "d=$(mktemp -d) && python3 -m venv $d/venv && "
+                           "$d/venv/bin/pip config list; rm -rf $d").stdout
+    assert "global.cert='/etc/ssl/certs/ca-certificates.crt'" in out.splitlines()
 
 
 def test_configure_repairs_a_broken_compute_node(up):

@@ -14,9 +14,12 @@ shows the rendezvous, ranks and world size a 2-node allocation hands them.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -321,6 +324,72 @@ def test_the_training_environment_is_built_once_on_shared_storage(train_env):
     assert "jax 0.12.0.1 devices [CpuDevice(id=0)] ray 2.60.0" in first, first
     assert again.strip() == ("metalslurm-example: /shared/envs/train-cpu is up to date "
                              "(jax 0.12.0.1 ray 2.60.0)"), again
+
+
+# ---- online: jobs reach the package index through the host's TLS-inspecting proxy -------
+
+INDEX = "https://pypi.org/simple/"
+# One small wheel of the environment's own pins (a pure-Python wheel of about 70 kB).
+SMALL_PIN = next(line.strip() for line in
+                 (REPO / "examples/python/requirements-train-cpu.txt").read_text().splitlines()
+                 if line.startswith("idna=="))
+ONLINE_ENV = f"{WORK}/train-cpu-online"
+FULL_ONLINE = "METALSLURM_E2E_ONLINE_TRAIN_ENV"
+
+
+def index_unreachable() -> str | None:
+    """Why this host cannot reach the package index (None when it can), asked with a short
+    timeout so an offline host skips at once."""
+    try:
+        with urllib.request.urlopen(f"{INDEX}idna/", timeout=5) as reply:
+            reply.read(1)
+    except (OSError, urllib.error.URLError) as exc:
+        return f"this host cannot reach {INDEX} ({exc}): the online checks need the index"
+    return None
+
+
+@pytest.fixture(scope="module")
+def online():
+    reason = index_unreachable()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_a_job_downloads_a_wheel_from_the_index_with_the_nodes_trust(cluster, online):
+    """pip in a fresh virtual environment (as setup-train-env.sh makes it) and Python's own
+    TLS (the OpenSSL default bundle, which curl reads too) in alice's job reach the real
+    index: through a TLS-inspecting proxy only because the node trusts the host's CAs.
+    One small pinned wheel instead of the environment's 220 MB."""
+    script = ("set -e; d=$(mktemp -d); python3 -m venv $d/venv; "
+              "$d/venv/bin/pip download --quiet --disable-pip-version-check --no-deps "
+              f"--only-binary=:all: --dest $d/wheels {SMALL_PIN}; ls $d/wheels; "
+              "python3 -c 'import urllib.request as u; "
+              f"print(\"index\", u.urlopen(\"{INDEX}idna/\", timeout=30).status)'; "
+              "rm -rf $d")
+    proc = cluster.ctl(f"cd {WORK} && runuser -u alice -- srun --nodes=1 -w gpu-001 "
+                       f"--time=5 bash -c {quoted(script)}", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    version = SMALL_PIN.split("==")[1]
+    assert proc.stdout.split() == [f"idna-{version}-py3-none-any.whl", "index", "200"], (
+        proc.stdout, proc.stderr[-3000:])
+
+
+@pytest.mark.skipif(not os.environ.get(FULL_ONLINE), reason=(
+    f"the full online build downloads about 220 MB; set {FULL_ONLINE}=1 to run it (the "
+    "one-wheel download above shows the same trust path)"))
+def test_setup_train_env_builds_the_environment_online(cluster, online):
+    """setup-train-env.sh as the README's online path runs it: no wheelhouse, the real
+    index, in a job of alice's, into its own directory (the offline one stays as it is)."""
+    proc = cluster.ctl(f"cd {WORK} && runuser -u alice -- srun --nodes=1 -w gpu-001 --time=20 "
+                       f"env TRAIN_ENV={ONLINE_ENV} {EX}/setup-train-env.sh", check=False)
+    try:
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        assert "jax 0.12.0.1 devices [CpuDevice(id=0)] ray 2.60.0" in proc.stdout, proc.stdout
+        imported = cluster.on("gpu-001", f"{ONLINE_ENV}/bin/python -c 'import jax; "
+                                         "print(jax.__version__)'").stdout.strip()
+        assert imported == "0.12.0.1"
+    finally:
+        cluster.ctl(f"rm -rf {ONLINE_ENV} {ONLINE_ENV}.lock")
 
 
 @pytest.fixture(scope="module")

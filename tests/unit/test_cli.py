@@ -1,16 +1,84 @@
 """CLI entry points that need no cluster: config validation and argument errors."""
 
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+import yaml
+
+from infra import cli
 from infra.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
+SHIPPED_STACKS = [REPO / "Pulumi.local.yaml", *sorted((REPO / "tests/e2e/stacks").glob("*.yaml"))]
 
 
-def test_config_validate_accepts_the_shipped_stacks(capsys):
-    for stack in [REPO / "Pulumi.local.yaml", *sorted((REPO / "tests/e2e/stacks").glob("*.yaml"))]:
-        assert main(["config", "validate", str(stack)]) == 0
-        assert ": valid. cluster " in capsys.readouterr().out
+@pytest.mark.parametrize("stack", SHIPPED_STACKS, ids=lambda p: p.name)
+def test_config_validate_accepts_the_shipped_stacks(capsys, stack):
+    """Valid as shipped; on a clone without the offline mirror beside it (../shared/vendor)
+    refused for that alone."""
+    mirror = yaml.safe_load(stack.read_text())["config"].get("metalslurm:containers", {}).get(
+        "mirror")
+    rc = main(["config", "validate", str(stack)])
+    out = capsys.readouterr().out
+    if mirror and not (stack.parent / mirror).is_dir():
+        assert rc == 2
+        assert out.count("\n  - ") == 1
+        assert "metalslurm:containers.mirror: " in out and "does not exist on this machine" in out
+    else:
+        assert rc == 0, out
+        assert ": valid. cluster " in out
+
+
+@pytest.fixture
+def clone_without_mirror(tmp_path, monkeypatch):
+    """The local stack as a fresh clone has it, with no ../shared/vendor beside it; podman
+    and the image builder replaced by stand-ins that fail the test if anything reaches them."""
+    shutil.copy(REPO / "Pulumi.local.yaml", tmp_path / "Pulumi.local.yaml")
+
+    def reached(*_args, **_kwargs):
+        raise AssertionError("podman or the image builder was reached")
+
+    from infra.providers import images, local
+    monkeypatch.setattr(local.LocalCluster, "preflight", reached)
+    monkeypatch.setattr(images, "ensure_image", reached)
+    return tmp_path / "Pulumi.local.yaml"
+
+
+def test_a_missing_mirror_is_refused_naming_the_files_and_the_fix(clone_without_mirror, capsys):
+    assert main(["config", "validate", str(clone_without_mirror)]) == 2
+    out = capsys.readouterr().out
+    assert (f"metalslurm:containers.mirror: {clone_without_mirror.parent.parent}/shared/vendor "
+            "does not exist on this machine; it should hold enroot_4.1.2-1_amd64.deb, "
+            "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz: put them there") in out
+    assert "or remove mirror to download from upstream" in out
+
+
+def test_local_up_refuses_a_missing_mirror_before_building_anything(clone_without_mirror,
+                                                                   capsys):
+    assert main(["local", "up", "--stack", str(clone_without_mirror)]) == 2
+    assert "metalslurm:containers.mirror: " in capsys.readouterr().out
+
+
+def test_local_down_status_and_exec_do_not_need_the_artifacts(clone_without_mirror):
+    """A cluster whose mirror went away can still be listed, reached and removed."""
+    cfg, _cluster = cli._local_cluster(clone_without_mirror)
+    assert cfg.containers.mirror.endswith("/shared/vendor")
+
+
+def test_config_validate_refuses_a_missing_mirror_in_seconds(clone_without_mirror):
+    """As a user runs it: a new Python process (imports included), under 5 s."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "infra.cli", "config", "validate",
+                           str(clone_without_mirror)], cwd=REPO, capture_output=True, text=True,
+                          check=False, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not exist on this machine" in proc.stdout
+    assert elapsed < 5, f"{elapsed:.1f} s"
 
 
 def test_config_validate_names_the_slurm_release_of_the_os(capsys):

@@ -1,0 +1,127 @@
+"""A wheelhouse: the pinned wheels of a requirements file, for the nodes' Python, downloaded
+on this machine so that nodes without a reachable package index install from it
+(``PIP_NO_INDEX=1 PIP_FIND_LINKS=/shared/wheelhouse``, as ``examples/setup-train-env.sh``
+says).
+
+``metalslurm wheelhouse`` and the e2e tests (``train_wheels`` in tests/e2e/conftest.py) fill
+one with the same function, :func:`fill_wheelhouse`. This machine's pip downloads for
+another interpreter and platform: binary wheels only, for CPython ``--python`` on the
+manylinux platforms every supported node OS runs (glibc 2.35 or newer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The CPU training examples' environment (examples/setup-train-env.sh builds it).
+DEFAULT_REQUIREMENTS = REPO_ROOT / "examples" / "python" / "requirements-train-cpu.txt"
+# The Python each supported node OS ships (python3), by the stack's metalslurm:os.
+NODE_PYTHON = {"debian12": "3.11", "debian13": "3.13", "ubuntu22.04": "3.10",
+               "ubuntu24.04": "3.12"}
+# Wheel platforms the nodes accept, newest first (every node OS has glibc >= 2.35).
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64")
+PYTHON_RE = re.compile(r"^3\.([89]|[1-9][0-9])$")
+# Written last: what the wheelhouse was filled for; the same stamp, nothing to download.
+STAMP = ".metalslurm-wheelhouse"
+DOWNLOAD_TIMEOUT = 900
+
+
+class WheelhouseError(RuntimeError):
+    """The download failed (no index, a pin without a wheel for that Python)."""
+
+
+def node_python(os_name: str) -> str:
+    """The Python version of a node running ``os_name`` (``debian13`` -> ``3.13``)."""
+    try:
+        return NODE_PYTHON[os_name]
+    except KeyError:
+        raise WheelhouseError(f"no Python version known for os {os_name!r}; give --python "
+                              f"(known: {', '.join(f'{o} {p}' for o, p in NODE_PYTHON.items())})"
+                              ) from None
+
+
+def input_problems(python: str, requirements: Path, dest: Path) -> list[str]:
+    """What is wrong with the input, one line each: a Python version that is not 3.N, a
+    requirements file that cannot be read, a destination that cannot be written."""
+    problems = []
+    if not PYTHON_RE.fullmatch(python):
+        problems.append(f"--python {python!r}: give the nodes' Python as 3.N, such as 3.13 "
+                        f"({', '.join(f'{o}: {p}' for o, p in NODE_PYTHON.items())})")
+    try:
+        requirements.read_text()
+    except OSError as exc:
+        problems.append(f"--requirements {requirements}: cannot read it ({exc.strerror})")
+    problem = _unwritable(dest)
+    if problem:
+        problems.append(f"--dest {dest}: {problem}")
+    return problems
+
+
+def _unwritable(dest: Path) -> str | None:
+    """Why files cannot be written in ``dest`` (or made there, when it does not exist yet:
+    then its nearest existing parent is tried), or None. Nothing is left behind."""
+    existing = dest
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".metalslurm-probe-", dir=existing)
+    except OSError as exc:
+        return f"cannot write in {existing} ({exc.strerror})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def pip_download_command(python: str, requirements: Path, dest: Path,
+                         interpreter: str = sys.executable) -> list[str]:
+    """The pip command that downloads ``requirements``' wheels for CPython ``python``."""
+    return [interpreter, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+            "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+            *(f"--platform={p}" for p in PLATFORMS),
+            "--requirement", str(requirements), "--dest", str(dest)]
+
+
+def stamp_text(python: str, requirements: Path) -> str:
+    return (f"python {python}\nplatforms {' '.join(PLATFORMS)}\n"
+            f"{requirements.read_text()}")
+
+
+def run_pip(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=False, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def fill_wheelhouse(dest: Path, python: str, requirements: Path = DEFAULT_REQUIREMENTS,
+                    timeout: float = DOWNLOAD_TIMEOUT) -> bool:
+    """Download the wheels of ``requirements`` for CPython ``python`` into ``dest``, unless
+    its stamp says it holds them already. True when it downloaded."""
+    stamp = dest / STAMP
+    wanted = stamp_text(python, requirements)
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return False
+    dest.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    try:
+        proc = run_pip(pip_download_command(python, requirements, dest), timeout)
+    except subprocess.TimeoutExpired:
+        raise WheelhouseError(f"pip download of {requirements.name} took more than "
+                              f"{timeout:.0f} s") from None
+    if proc.returncode != 0:
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise WheelhouseError(f"pip download of {requirements.name} for Python {python} "
+                              f"failed: {tail}")
+    stamp.write_text(wanted)
+    return True
+
+
+def wheels(dest: Path) -> list[Path]:
+    return sorted(dest.glob("*.whl"))
