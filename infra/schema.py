@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from infra.inputs import InputError
+
 NAMESPACE = "metalslurm"
 
 # RFC 1123 host label, lower case: what Slurm, DNS and podman all accept as a node name.
@@ -31,14 +33,23 @@ def key(name: str) -> str:
     return f"{NAMESPACE}:{name}"
 
 
-class ConfigError(ValueError):
-    """A stack config with one or more problems; ``problems`` holds one line each."""
+class ConfigError(InputError):
+    """A stack config with one or more problems; ``problems`` holds one line each.
 
-    def __init__(self, problems: list[str], source: str = "stack config") -> None:
+    An :class:`~infra.inputs.InputError` whose argument is ``source`` (``--stack`` on the
+    command line, with the file as ``value``): one problem is said on one line, several
+    are listed below a count, so a user fixes a file in one pass.
+    """
+
+    def __init__(self, problems: list[str], source: str = "stack config",
+                 value: str | None = None) -> None:
         self.problems = problems
         self.source = source
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
+        if len(problems) == 1:
+            said = problems[0]
+        else:
+            said = f"{len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems)
+        super().__init__(source, said, value)
 
 
 class Collector:
@@ -53,7 +64,9 @@ class Collector:
     def string(self, raw: Mapping[str, Any], name: str, where: str, default: str | None = None,
                choices: tuple[str, ...] | None = None, pattern: re.Pattern[str] | None = None,
                what: str = "") -> str | None:
-        value = raw.get(name, default)
+        value = raw.get(name)
+        if value is None:  # absent, or null in YAML: the default
+            value = default
         if value is None:
             if default is None:
                 self.problem(where, "is required")
