@@ -26,7 +26,7 @@ def test_config_validate_lists_every_problem(tmp_path, capsys):
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  metalslurm:os: centos7\n  metalslurm:privateCidr: 10.0.0.0/33\n")
     assert main(["config", "validate", str(bad)]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "2 problem(s)" in out
     assert "metalslurm:os: 'centos7' is not one of the allowed values" in out
     assert "metalslurm:privateCidr: '10.0.0.0/33' is not a valid network" in out
@@ -34,7 +34,7 @@ def test_config_validate_lists_every_problem(tmp_path, capsys):
 
 def test_configure_rejects_a_malformed_extra_var(capsys):
     assert main(["configure", "-i", "inventory.yml", "-e", "novalue"]) == 2
-    assert "write KEY=VALUE" in capsys.readouterr().out
+    assert "write KEY=VALUE" in capsys.readouterr().err
 
 
 def test_local_commands_refuse_a_bad_stack_before_touching_podman(tmp_path, capsys):
@@ -42,4 +42,4 @@ def test_local_commands_refuse_a_bad_stack_before_touching_podman(tmp_path, caps
     bad.write_text("config:\n  metalslurm:computePools: [{name: gpu, count: -1}]\n")
     for command in ("up", "down", "status"):
         assert main(["local", command, "--stack", str(bad)]) == 2
-        assert "metalslurm:computePools[0].count: must be at least 0" in capsys.readouterr().out
+        assert "metalslurm:computePools[0].count: must be at least 0" in capsys.readouterr().err
