@@ -221,12 +221,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_verify(args.inventory, out=say)
 
 
+def _inventory_with(path: Path, group: str) -> list[str]:
+    """The hosts of ``group`` in the inventory given with -i; none is an InputError (the
+    command would run on no host and say nothing)."""
+    hosts = group_hosts(load_inventory(path, "--inventory"), group)
+    if not hosts:
+        raise InputError("--inventory", f"has no host in group {group}; give "
+                         f"{INVENTORY_FILE}", path)
+    return hosts
+
+
 def cmd_topology_discover(args: argparse.Namespace) -> int:
     """The slurm_topology role alone, on the controller: ibnetdiscover, then topology.conf
     (and an 'scontrol reconfigure' only when it changed)."""
     from infra.configure import print_summary, run_playbook
 
-    load_inventory(args.inventory, "--inventory")
+    _inventory_with(args.inventory, "slurm_controller")
     result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
                           check=args.check, out=say)
     print_summary(result, out=say)
@@ -240,10 +250,7 @@ def cmd_topology_from_file(args: argparse.Namespace) -> int:
     fabric_file = "the saved output of ibnetdiscover (ibnetdiscover > fabric.txt)"
     fabric = read_text_argument(args.ibnetdiscover, "IBNETDISCOVER_OUTPUT", fabric_file)
     if args.inventory:
-        nodes = group_hosts(load_inventory(args.inventory, "--inventory"), "slurm_compute")
-        if not nodes:
-            raise InputError("--inventory", f"has no host in group slurm_compute; give "
-                             f"{INVENTORY_FILE}, or the nodes with --nodes", args.inventory)
+        nodes = _inventory_with(args.inventory, "slurm_compute")
     else:
         nodes = parse_hostlist(args.nodes, "--nodes")
     previous = ""
@@ -308,7 +315,7 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
                                   allow_empty=True)
         rows = report.usage_from_sacct(text, start, end, f"--from-file {args.from_file}")
     elif args.inventory:
-        load_inventory(args.inventory, "--inventory")
+        _inventory_with(args.inventory, "slurm_controller")
         text = report.fetch_ansible(command, args.inventory)
         rows = report.usage_from_sacct(text, start, end, "sacct on the inventory's controller")
     elif args.stack:
