@@ -2,6 +2,12 @@
 
 Everything here is also possible with the plain tools (pulumi, ansible-playbook,
 pytest); the CLI adds progress output and timings, never hidden behaviour.
+
+Bad input (a file that cannot be read as what it should be, a malformed hostlist, time,
+price or KEY=VALUE) is refused before a command does anything, with one line on stderr
+naming the argument and exit status 2: every command reads its inputs through
+:mod:`infra.inputs`, whose :class:`~infra.inputs.InputError` :func:`main` catches. Any
+other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,23 +18,34 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import yaml
+from typing import TYPE_CHECKING, NoReturn
 
 from infra.config import ClusterConfig, ConfigError, load_stack_file
+from infra.inputs import (
+    InputError,
+    parse_hostlist,
+    parse_key_value,
+    parse_yaml_text,
+    read_text_argument,
+)
 from infra.inventory import InventoryError
+from infra.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
 from infra.state import StateDir
 
 if TYPE_CHECKING:
     from infra.providers.local import LocalCluster
 
 DEFAULT_STACK = Path("Pulumi.local.yaml")
-EXIT_CONFIG = 2
+EXIT_INPUT = 2  # bad input, refused before anything was done
+EXIT_FAILED = 1  # a provider, podman or image step failed, with a message saying why
 
 
 def say(message: str) -> None:
     print(message, flush=True)
+
+
+def error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -54,6 +71,17 @@ def state_dir_for(stack_file: Path) -> Path:
     return Path(".metalslurm") / stack_name(stack_file)
 
 
+def _local_stack(stack_file: Path, needs: str, check_artifacts: bool = False) -> ClusterConfig:
+    """The parsed config of a stack file given with --stack for a local cluster; ``needs``
+    says why another provider's will not do. ``check_artifacts``: see
+    :func:`infra.config.parse_config`."""
+    cfg = load_stack_file(stack_file, "--stack", check_artifacts=check_artifacts)
+    if cfg.provider != "local":
+        raise ConfigError([f"metalslurm:provider is {cfg.provider!r}: {needs}"], "--stack",
+                          str(stack_file))
+    return cfg
+
+
 def _local_cluster(stack_file: Path,
                    check_artifacts: bool = False) -> tuple[ClusterConfig, LocalCluster]:
     """The stack's parsed config and its local cluster (a config error stops here, before
@@ -61,10 +89,7 @@ def _local_cluster(stack_file: Path,
     kept on this machine; down, status and exec do not need them."""
     from infra.providers.local import LocalCluster, LocalPlan
 
-    cfg = load_stack_file(stack_file, check_artifacts=check_artifacts)
-    if cfg.provider != "local":
-        raise ConfigError([f"metalslurm:provider is {cfg.provider!r}; 'metalslurm local' "
-                           "needs provider: local"], str(stack_file))
+    cfg = _local_stack(stack_file, "'metalslurm local' needs provider: local", check_artifacts)
     return cfg, LocalCluster(plan=LocalPlan.from_config(cfg),
                              state=StateDir(state_dir_for(stack_file)), log=say)
 
@@ -157,22 +182,35 @@ def cmd_local_status(args: argparse.Namespace) -> int:
 def cmd_local_exec(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        say("usage: metalslurm local exec NODE -- COMMAND [ARGS...]")
-        return EXIT_CONFIG
-    _cfg, cluster = _local_cluster(args.stack)
+        raise InputError("COMMAND", "is missing; write: metalslurm local exec NODE -- COMMAND "
+                         "[ARGS...]")
+    cfg, cluster = _local_cluster(args.stack)
+    nodes = [spec.name for spec in cluster.specs()]
+    if args.node not in nodes:
+        raise InputError("NODE", f"is not a node of cluster {cfg.cluster_name} (--stack "
+                         f"{args.stack}); give one of: {', '.join(nodes)}", repr(args.node))
     return cluster.exec(args.node, command, interactive=sys.stdin.isatty())
+
+
+def parse_extra_vars(items: list[str]) -> dict[str, object]:
+    """``-e KEY=VALUE`` items: KEY an Ansible variable name, VALUE read as YAML."""
+    extra_vars: dict[str, object] = {}
+    for item in items:
+        key, value = parse_key_value(item, "-e", "KEY=VALUE (VALUE is read as YAML)",
+                                     "slurm_controller_default_time=2:00:00")
+        if not key.isidentifier():
+            raise InputError("-e", f"{key!r} is not an Ansible variable name (letters, digits "
+                             "and '_', not starting with a digit); write KEY=VALUE", repr(item))
+        extra_vars[key] = (parse_yaml_text(value, "-e", "KEY=VALUE with VALUE in YAML",
+                                           repr(item)) if value else "")
+    return extra_vars
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
     from infra.configure import print_summary, run_playbook
 
-    extra_vars = {}
-    for item in args.extra_vars:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError([f"-e {item!r}: write KEY=VALUE (VALUE is read as YAML)"],
-                              "command line")
-        extra_vars[key] = yaml.safe_load(value) if value else ""
+    extra_vars = parse_extra_vars(args.extra_vars)
+    load_inventory(args.inventory, "--inventory")
     result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
                           verbosity=args.verbose, extra_vars=extra_vars, out=say)
     print_summary(result, out=say)
@@ -182,7 +220,18 @@ def cmd_configure(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from infra.verify import run_verify
 
+    load_inventory(args.inventory, "--inventory")
     return run_verify(args.inventory, out=say)
+
+
+def _inventory_with(path: Path, group: str) -> list[str]:
+    """The hosts of ``group`` in the inventory given with -i; none is an InputError (the
+    command would run on no host and say nothing)."""
+    hosts = group_hosts(load_inventory(path, "--inventory"), group)
+    if not hosts:
+        raise InputError("--inventory", f"has no host in group {group}; give "
+                         f"{INVENTORY_FILE}", path)
+    return hosts
 
 
 def cmd_topology_discover(args: argparse.Namespace) -> int:
@@ -190,6 +239,7 @@ def cmd_topology_discover(args: argparse.Namespace) -> int:
     (and an 'scontrol reconfigure' only when it changed)."""
     from infra.configure import print_summary, run_playbook
 
+    _inventory_with(args.inventory, "slurm_controller")
     result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
                           check=args.check, out=say)
     print_summary(result, out=say)
@@ -198,27 +248,36 @@ def cmd_topology_discover(args: argparse.Namespace) -> int:
 
 def cmd_topology_from_file(args: argparse.Namespace) -> int:
     """topology.conf from a saved ibnetdiscover output, printed; the report on stderr."""
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
-        expand_hostlist,
-    )
     from ansible_collections.metalslurm.cluster.plugins.module_utils.topology import TopologyError
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_conf import (
+        parse_topology_conf,
+    )
     from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_fabric import (
         discovered_topology,
     )
 
-    from infra.inventory import inventory_view
-
+    fabric_file = "the saved output of ibnetdiscover (ibnetdiscover > fabric.txt)"
+    fabric = read_text_argument(args.ibnetdiscover, "IBNETDISCOVER_OUTPUT", fabric_file)
     if args.inventory:
-        view = inventory_view(yaml.safe_load(args.inventory.read_text()))
-        nodes = view["groups"]["slurm_compute"]
+        nodes = _inventory_with(args.inventory, "slurm_compute")
     else:
-        nodes = expand_hostlist(args.nodes)
-    previous = args.previous.read_text() if args.previous else ""
+        nodes = parse_hostlist(args.nodes, "--nodes")
+    previous = ""
+    if args.previous:
+        previous_file = "the topology.conf in use, or no --previous"
+        previous = read_text_argument(args.previous, "--previous", previous_file,
+                                      allow_empty=True)
+        try:
+            if previous.strip():
+                parse_topology_conf(previous)
+        except TopologyError as exc:
+            raise InputError("--previous", f"{exc}; give {previous_file}",
+                             args.previous) from None
     try:
-        found = discovered_topology(args.ibnetdiscover.read_text(), nodes, previous,
-                                    args.plugin)
+        found = discovered_topology(fabric, nodes, previous, args.plugin)
     except TopologyError as exc:
-        raise ConfigError([str(exc)], str(args.ibnetdiscover)) from exc
+        raise InputError("IBNETDISCOVER_OUTPUT", f"{exc}; give {fabric_file}",
+                         args.ibnetdiscover) from None
     sys.stdout.write(found["content"])
     for warning in found["warnings"]:
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -232,7 +291,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
 
     from infra.providers.byo_config import OS_RELEASES
 
-    cfg = load_stack_file(args.stack_file)
+    cfg = load_stack_file(args.stack_file, "STACK_FILE")
     slurm = distro_slurm(*OS_RELEASES[cfg.os]).slurm.release
     pools = ", ".join(
         f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
@@ -250,11 +309,9 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
     from infra import wheelhouse
 
     args.requirements = args.requirements or wheelhouse.DEFAULT_REQUIREMENTS
-    python = args.python or wheelhouse.node_python(
-        load_stack_file(args.stack, check_artifacts=False).os)
-    problems = wheelhouse.input_problems(python, args.requirements, args.dest)
-    if problems:
-        raise ConfigError(problems, "metalslurm wheelhouse")
+    wheelhouse.check_inputs(args.requirements, args.dest)
+    python = wheelhouse.check_python(args.python) if args.python else wheelhouse.node_python(
+        load_stack_file(args.stack, "--stack", check_artifacts=False).os)
     say(f"==> wheelhouse {args.dest}: the wheels of {args.requirements} for Python {python}")
     fetched = wheelhouse.fill_wheelhouse(args.dest, python, args.requirements)
     found = wheelhouse.wheels(args.dest)
@@ -272,35 +329,37 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
 
     from infra import report
 
-    try:
-        now = datetime.now()
-        start, end = report.default_window(now)
-        if args.start:
-            start = report.parse_time(args.start, now)
-        if args.end:
-            end = report.parse_time(args.end, now)
-        if end <= start:
-            raise report.ReportError(f"--end {end:%Y-%m-%dT%H:%M:%S} is not after --start "
-                                     f"{start:%Y-%m-%dT%H:%M:%S}")
-        prices = (report.parse_prices(args.price, args.prices)
-                  if args.price or args.prices else None)
-        command = report.sacct_command(start, end)
-        if args.from_file:
-            text = args.from_file.read_text()
-        elif args.inventory:
-            text = report.fetch_ansible(command, args.inventory)
-        elif args.stack:
-            from infra.providers.local import container_name
+    now = datetime.now()
+    start, end = report.default_window(now)
+    if args.start:
+        start = report.parse_time(args.start, now, "--start")
+    if args.end:
+        end = report.parse_time(args.end, now, "--end")
+    if end <= start:
+        raise InputError("--end", f"{end:%Y-%m-%dT%H:%M:%S} is not after --start "
+                         f"{start:%Y-%m-%dT%H:%M:%S}; give a later --end or an earlier --start")
+    prices = (report.parse_prices(args.price, args.prices)
+              if args.price or args.prices else None)
+    command = report.sacct_command(start, end)
+    # Every input is checked above and here, before sacct runs anywhere.
+    if args.from_file:
+        text = read_text_argument(args.from_file, "--from-file", report.SACCT_OUTPUT,
+                                  allow_empty=True)
+        rows = report.usage_from_sacct(text, start, end, f"--from-file {args.from_file}")
+    elif args.inventory:
+        _inventory_with(args.inventory, "slurm_controller")
+        text = report.fetch_ansible(command, args.inventory)
+        rows = report.usage_from_sacct(text, start, end, "sacct on the inventory's controller")
+    elif args.stack:
+        from infra.providers.local import container_name
 
-            cfg = load_stack_file(args.stack, check_artifacts=False)
-            text = report.fetch_podman(command,
-                                       container_name(cfg.cluster_name, cfg.controller_name))
-        else:
-            text = report.fetch_local(command)
-        rows = report.usage_from_sacct(text, start, end)
-    except report.ReportError as exc:
-        say(f"error: {exc}")
-        return EXIT_CONFIG
+        cfg = _local_stack(args.stack, "--stack runs sacct on a local cluster's controller "
+                           "(provider: local); for another cluster give -i INVENTORY")
+        text = report.fetch_podman(command, container_name(cfg.cluster_name,
+                                                           cfg.controller_name))
+        rows = report.usage_from_sacct(text, start, end, "sacct on the local controller")
+    else:
+        rows = report.usage_from_sacct(report.fetch_local(command), start, end, "sacct")
     if args.csv:
         sys.stdout.write(report.format_csv(rows, prices))
     else:
@@ -308,9 +367,16 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors said on one line like every other input error
+    (subcommands' parsers are of the same class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="metalslurm",
-                                     description="metalslurm: the operator command line")
+    parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
     sub = parser.add_subparsers(dest="command", required=True)
 
     local = sub.add_parser("local", help="the local cluster of podman nodes")
@@ -330,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_local_status)
     ex = local_sub.add_parser("exec", help="run a command on a node: exec NODE -- CMD")
     ex.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
-    ex.add_argument("node")
-    ex.add_argument("command", nargs=argparse.REMAINDER)
+    ex.add_argument("node", metavar="NODE")
+    ex.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
     ex.set_defaults(func=cmd_local_exec)
 
     conf = sub.add_parser("configure", help="run ansible/site.yml against an inventory")
@@ -364,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reads an ibnetdiscover output (e.g. 'ibnetdiscover > fabric.txt' on any "
         "host of the fabric) and prints the topology.conf metalslurm would write; what does "
         "not fit (hosts no compute node matches, nodes not in the fabric) goes to stderr.")
-    gen.add_argument("ibnetdiscover", type=Path, help="the saved ibnetdiscover output")
+    gen.add_argument("ibnetdiscover", type=Path, metavar="IBNETDISCOVER_OUTPUT",
+                     help="the saved ibnetdiscover output")
     nodes = gen.add_mutually_exclusive_group(required=True)
     nodes.add_argument("-i", "--inventory", type=Path, help="the compute nodes of this inventory")
     nodes.add_argument("--nodes", help="the compute nodes as a hostlist (gpu-[001-064])")
@@ -376,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="stack config tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     validate = config_sub.add_parser("validate", help="check a stack config file")
-    validate.add_argument("stack_file", type=Path)
+    validate.add_argument("stack_file", type=Path, metavar="STACK_FILE")
     validate.set_defaults(func=cmd_config_validate)
 
     wh = sub.add_parser(
@@ -384,10 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Downloads the wheels of a pinned requirements file (default: the CPU "
         "training examples') for the nodes' Python into DEST, on this machine, for nodes "
         "that cannot reach a package index (PIP_NO_INDEX=1 PIP_FIND_LINKS=DEST).")
-    wh.add_argument("--dest", type=Path, required=True, help="the wheelhouse directory")
+    wh.add_argument("--dest", type=Path, required=True, metavar="DIR",
+                    help="the wheelhouse directory (made if missing)")
     version = wh.add_mutually_exclusive_group()
-    version.add_argument("--python", help="the nodes' Python, such as 3.13 (default: the one "
-                         "the stack's metalslurm:os ships)")
+    version.add_argument("--python", help="the nodes' Python, such as 3.13 (default: what "
+                         "metalslurm:os ships)")
     version.add_argument("--stack", type=Path, default=DEFAULT_STACK,
                          help="take the Python from this stack's metalslurm:os "
                          f"(default {DEFAULT_STACK})")
@@ -426,15 +494,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        say(f"error: {exc}")
-        return EXIT_CONFIG
-    except (FileNotFoundError, InventoryError) as exc:
-        say(f"error: {exc}")
-        return EXIT_CONFIG
+    except InputError as exc:  # bad input (a stack config's problems too): nothing was done
+        error(str(exc))
+        return EXIT_INPUT
+    except InventoryError as exc:  # the inventory a stack config made breaks the contract
+        error(str(exc))
+        return EXIT_INPUT
+    except (RecursionError, NotImplementedError):
+        raise  # RuntimeErrors that are bugs: their traceback is the report
     except RuntimeError as exc:  # provider, podman and image errors carry a usable message
-        say(f"error: {exc}")
-        return 1
+        error(str(exc))
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

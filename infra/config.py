@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     shorter_time,
@@ -34,6 +33,7 @@ from infra.accounting_config import AccountingSettings, parse_accounting
 from infra.containers_config import ContainerSettings, parse_containers
 from infra.gpu_config import GpuSettings, parse_gpu
 from infra.health import HealthSettings, parse_health
+from infra.inputs import InputError, load_yaml_argument, text_file_problem, type_name
 from infra.nccl_config import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
@@ -565,13 +565,15 @@ def stack_keys(raw_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
-                 base_dir: Path | None = None, check_artifacts: bool = True) -> ClusterConfig:
+                 base_dir: Path | None = None, value: str | None = None,
+                 check_artifacts: bool = True) -> ClusterConfig:
     """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``).
 
     ``base_dir``: what relative paths in the config (the container artifacts' mirror) are
     relative to: the stack file's directory (the project directory under Pulumi).
-    ``check_artifacts``: check the container artifacts kept on this machine (a mirror
-    directory) too; commands that only reach a cluster that exists leave it off.
+    ``source`` and ``value`` name the config in a :class:`ConfigError` (``--stack`` and
+    the file). ``check_artifacts``: check the container artifacts kept on this machine (a
+    mirror directory) too; commands that only reach a cluster that exists leave it off.
     """
     c = Collector()
     given = stack_keys(raw_config)
@@ -620,7 +622,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     gpu = parse_gpu(c, raw, os_name, sorted({p.gpu_type for p in pools if p.gpu_type}))
 
     if c.problems:
-        raise ConfigError(c.problems, source)
+        raise ConfigError(c.problems, source, value)
     assert cluster_name and provider and os_name and cidr and controller_name
     return ClusterConfig(
         cluster_name=cluster_name, provider=provider, private_cidr=cidr, os=os_name,
@@ -650,31 +652,44 @@ def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str |
         c.problem(where, f"{path} is not a file (an ibnetdiscover output, read relative to "
                   "the stack file)")
         return topology
+    problem = text_file_problem(path)
+    if problem is not None:
+        c.problem(where, f"{problem}; give an ibnetdiscover output (a text file)")
+        return topology
     return replace(topology, discovery_simulator=str(path.resolve()))
 
 
-def load_stack_file(path: str | Path, check_artifacts: bool = True) -> ClusterConfig:
+STACK_FILE = "the YAML stack config file (Pulumi.<stack>.yaml, with a 'config:' mapping)"
+
+
+def load_stack_file(path: str | Path, argument: str = "stack file",
+                    check_artifacts: bool = True) -> ClusterConfig:
     """Read a ``Pulumi.<stack>.yaml`` file and parse its ``config:`` section.
 
-    A file without any ``metalslurm:`` key is refused: it would silently describe the
-    default cluster, which is never what a stack file that was meant for a real one wants.
-    ``check_artifacts``: see :func:`parse_config`.
+    ``argument`` names where the file came from in every error (``--stack`` on the
+    command line): a file that cannot be read as YAML text, or is not a mapping with a
+    ``config:`` mapping, is an :class:`~infra.inputs.InputError`; a config with problems a
+    :class:`ConfigError` listing them all. A file without any ``metalslurm:`` key is
+    refused: it would silently describe the default cluster, which is never what a stack
+    file that was meant for a real one wants. ``check_artifacts``: see :func:`parse_config`.
     """
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError([f"file not found: {path}"], str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {exc}"], str(path)) from None
-    if document is not None and (not isinstance(document, Mapping) or not isinstance(
-            document.get("config") or {}, Mapping)):
-        raise ConfigError(["the file must be a mapping with a 'config:' mapping inside"],
-                          str(path))
+        document = load_yaml_argument(path, argument, STACK_FILE, allow_empty=True)
+    except InputError as exc:  # one error type for whatever is wrong with a stack file
+        raise ConfigError([exc.problem], argument, str(path)) from None
+    if document is not None and not isinstance(document, Mapping):
+        raise ConfigError([f"the file is {type_name(document)} in YAML; it must be a mapping "
+                           "with a 'config:' mapping inside"], argument, str(path))
     config = (document or {}).get("config") or {}
+    if not isinstance(config, Mapping):
+        raise ConfigError([f"'config:' is {type_name(config)}; the file must be a mapping with "
+                           "a 'config:' mapping inside (metalslurm:<key>: value)"],
+                          argument, str(path))
     if not stack_keys(config):
         raise ConfigError([f"the file has no {NAMESPACE}: config, so it would describe the "
                            "default cluster without saying so; add 'config:' with at least "
-                           f"'{key('provider')}' (see Pulumi.example-local.yaml)"], str(path))
-    return parse_config(config, source=str(path), base_dir=path.resolve().parent,
-                        check_artifacts=check_artifacts)
+                            f"'{key('provider')}' (see Pulumi.example-local.yaml)"],
+                           argument, str(path))
+    return parse_config(config, source=argument, base_dir=path.resolve().parent,
+                        value=str(path), check_artifacts=check_artifacts)

@@ -291,6 +291,10 @@ def _check_credentials_file(c: Collector, path: Path, where: str) -> None:
     except OSError as exc:
         c.problem(where, f"cannot read {path}: {exc.strerror}")
         return
+    except UnicodeDecodeError:
+        c.problem(where, f"{path} is not UTF-8 text (a binary file?); give the YAML or JSON "
+                  "list of {host, login, password}")
+        return
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         c.problem(where, f"{path} is readable by other users (mode {stat.S_IMODE(mode):o}); "
                   f"run 'chmod 600 {path}'")

@@ -30,19 +30,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import yaml
+from infra.inputs import InputError, load_yaml_mapping, parse_key_value, parse_number
 
 SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "State", "Start", "End", "Elapsed",
                 "ElapsedRaw", "AllocTRES", "NNodes")
 UNSET_TIMES = frozenset({"", "Unknown", "None", "N/A"})
 DEFAULT_PRICE_KEY = "default"
+# What a recorded sacct output (--from-file) must be.
+SACCT_OUTPUT = ("sacct's output with --parsable2 --noheader --format=" + ",".join(SACCT_FIELDS)
+                + " (add --allusers --duplicates --allocations and the window)")
 _GPU_TRES_RE = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?$")
 _RELATIVE_RE = re.compile(r"^now(?:(?P<sign>[-+])(?P<n>\d+)(?P<unit>seconds|minutes|hours|days|"
                           r"weeks|second|minute|hour|day|week|s|m|h|d|w)?)?$")
 
 
-class ReportError(ValueError):
-    """A problem with the report's input, in a sentence the operator can act on."""
+# A problem with the report's input, naming where it came from (``--start``, ``--price``,
+# ``--from-file``, sacct on the controller) in a sentence the operator can act on: the
+# InputError every metalslurm command raises for bad input, under the name this module's
+# callers know.
+ReportError = InputError
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,11 @@ class JobRecord:
     def seconds_in(self, window_start: datetime, window_end: datetime) -> int:
         if self.start is None:
             return 0  # never started: pending, or cancelled while pending
-        end = self.end if self.end is not None else self.start + timedelta(
-            seconds=self.elapsed_raw)
+        try:
+            end = self.end if self.end is not None else self.start + timedelta(
+                seconds=self.elapsed_raw)
+        except OverflowError:  # runs past year 9999: to the end of any window
+            end = datetime.max
         overlap = (min(end, window_end) - max(self.start, window_start)).total_seconds()
         return max(0, int(overlap))
 
@@ -104,33 +113,45 @@ def gpus_from_tres(tres: str) -> dict[str | None, int]:
     return {None: untyped} if untyped else {}
 
 
-def _sacct_time(text: str) -> datetime | None:
+def _sacct_time(text: str, source: str, number: int) -> datetime | None:
     text = text.strip()
     if text in UNSET_TIMES:
         return None
     try:
-        return datetime.fromisoformat(text)
+        value = datetime.fromisoformat(text)
     except ValueError:
-        raise ReportError(f"sacct time {text!r} is not YYYY-MM-DDTHH:MM:SS") from None
+        value = None
+    if value is None or value.tzinfo is not None:
+        raise ReportError(source, f"sacct line {number}: time {text!r} is not "
+                          "YYYY-MM-DDTHH:MM:SS; give {SACCT_OUTPUT}")
+    return value
 
 
-def parse_sacct(text: str) -> list[JobRecord]:
+def parse_sacct(text: str, source: str = "sacct output") -> list[JobRecord]:
+    """The job records of sacct's output (:func:`sacct_command`); ``source`` names where the
+    text came from in a :class:`ReportError`."""
     records = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split("|")
         if len(parts) != len(SACCT_FIELDS):
-            raise ReportError(f"sacct line {number} has {len(parts)} fields, expected "
-                              f"{len(SACCT_FIELDS)} ({','.join(SACCT_FIELDS)}): {line!r}")
+            raise ReportError(source, f"sacct line {number} has {len(parts)} fields, expected "
+                              f"{len(SACCT_FIELDS)} ({','.join(SACCT_FIELDS)}): {line[:200]!r}; "
+                              f"give {SACCT_OUTPUT}")
         row = dict(zip(SACCT_FIELDS, parts, strict=True))
         if "." in row["JobID"]:
             continue  # a step (.batch, .extern, .0): its GPUs belong to the allocation
+        elapsed = row["ElapsedRaw"].strip() or "0"
+        if not elapsed.isdecimal() or len(elapsed) > 12:
+            raise ReportError(source, f"sacct line {number}: ElapsedRaw {elapsed!r} is not a "
+                              f"number of seconds; give {SACCT_OUTPUT}")
         records.append(JobRecord(
             job_id=row["JobID"], user=row["User"], account=row["Account"],
             partition=row["Partition"], state=row["State"].split(" ")[0],
-            start=_sacct_time(row["Start"]), end=_sacct_time(row["End"]),
-            elapsed_raw=int(row["ElapsedRaw"] or 0), gpus=gpus_from_tres(row["AllocTRES"])))
+            start=_sacct_time(row["Start"], source, number),
+            end=_sacct_time(row["End"], source, number),
+            elapsed_raw=int(elapsed), gpus=gpus_from_tres(row["AllocTRES"])))
     return records
 
 
@@ -153,40 +174,35 @@ def aggregate(records: Iterable[JobRecord], window_start: datetime, window_end: 
                                                                    kv[0][2] or ""))]
 
 
-def usage_from_sacct(text: str, window_start: datetime, window_end: datetime
-                     ) -> list[UsageRow]:
-    return aggregate(parse_sacct(text), window_start, window_end)
+def usage_from_sacct(text: str, window_start: datetime, window_end: datetime,
+                     source: str = "sacct output") -> list[UsageRow]:
+    return aggregate(parse_sacct(text, source), window_start, window_end)
 
 
 # ---------------------------------------------------------------- prices
 
+PRICE_FILE = "a YAML mapping of GPU type to price per GPU-hour, e.g. 'h100: 4.21'"
+
+
 def parse_prices(items: Iterable[str], price_file: Path | None = None) -> dict[str, float]:
-    """``h100=4.21`` items over a YAML mapping file (``{h100: 4.21, default: 2.0}``)."""
+    """``h100=4.21`` items (``--price``) over a YAML mapping file (``--prices``,
+    ``{h100: 4.21, default: 2.0}``)."""
     prices: dict[str, float] = {}
     if price_file is not None:
-        data = yaml.safe_load(price_file.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ReportError(f"{price_file}: write a mapping of GPU type to price per GPU-hour, "
-                              "e.g. 'h100: 4.21'")
+        data = load_yaml_mapping(price_file, "--prices", PRICE_FILE)
         for key, value in data.items():
-            prices[str(key).lower()] = _price(f"{price_file}: {key}", value)
+            if not isinstance(key, str) or not key.strip():
+                raise ReportError("--prices", f"{key!r} is not a GPU type; give {PRICE_FILE}",
+                                  price_file)
+            prices[key.strip().lower()] = parse_number(
+                value, "--prices", f"a price per GPU-hour for {key}, such as 4.21",
+                f"{price_file} ({key})")
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ReportError(f"--price {item!r}: write TYPE=PRICE, e.g. h100=4.21 "
-                              f"(or {DEFAULT_PRICE_KEY}=2.00)")
-        prices[key.strip().lower()] = _price(f"--price {item}", value)
+        key, value = parse_key_value(item, "--price", "TYPE=PRICE",
+                                     f"h100=4.21 (or {DEFAULT_PRICE_KEY}=2.00)")
+        prices[key.lower()] = parse_number(value, "--price", "a price per GPU-hour such as "
+                                           "4.21", repr(item))
     return prices
-
-
-def _price(where: str, value: object) -> float:
-    try:
-        price = float(str(value))
-    except ValueError:
-        raise ReportError(f"{where}: {value!r} is not a number") from None
-    if price < 0:
-        raise ReportError(f"{where}: a price cannot be negative")
-    return price
 
 
 def price_for(gpu_type: str | None, prices: Mapping[str, float]) -> float | None:
@@ -284,9 +300,13 @@ def format_text(rows: list[UsageRow], prices: Mapping[str, float] | None,
 
 # ---------------------------------------------------------------- time window
 
-def parse_time(text: str, now: datetime) -> datetime:
+TIME_FORMS = "YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], now, now-7days, today"
+
+
+def parse_time(text: str, now: datetime, argument: str = "time") -> datetime:
     """The Slurm time forms operators use: YYYY-MM-DD[THH:MM[:SS]], now[-N{unit}], today,
-    midnight."""
+    midnight; in the controller's local time (no UTC offset). ``argument`` (``--start``)
+    names the input in a :class:`ReportError`."""
     value = text.strip()
     low = value.lower()
     if low in ("today", "midnight"):
@@ -298,13 +318,22 @@ def parse_time(text: str, now: datetime) -> datetime:
         unit = (m.group("unit") or "seconds")[0]
         seconds = int(m.group("n")) * {"s": 1, "m": 60, "h": 3600, "d": 86400,
                                        "w": 604800}[unit]
-        delta = timedelta(seconds=seconds)
-        return (now - delta if m.group("sign") == "-" else now + delta).replace(microsecond=0)
+        try:
+            delta = timedelta(seconds=seconds)
+            moved = now - delta if m.group("sign") == "-" else now + delta
+        except OverflowError:
+            raise ReportError(argument, f"{text!r} is outside the calendar (years 1 to 9999); "
+                              f"give a time such as {TIME_FORMS}") from None
+        return moved.replace(microsecond=0)
     try:
-        return datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise ReportError(f"{text!r} is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], "
-                          "now, now-7days, today") from None
+        raise ReportError(argument, f"{text!r} is not a time: use {TIME_FORMS}") from None
+    if parsed.tzinfo is not None:
+        raise ReportError(argument, f"{text!r} has a UTC offset; give the controller's local "
+                          "time without one (sacct reads times that way), e.g. "
+                          f"{parsed:%Y-%m-%dT%H:%M}")
+    return parsed
 
 
 def default_window(now: datetime) -> tuple[datetime, datetime]:
@@ -316,7 +345,12 @@ def default_window(now: datetime) -> tuple[datetime, datetime]:
 # ---------------------------------------------------------------- transports
 
 def fetch_local(command: list[str]) -> str:
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        hint = ("; run this on the controller, or give -i INVENTORY, --stack FILE or "
+                "--from-file FILE") if command[0] == "sacct" else ""
+        raise RuntimeError(f"{command[0]} is not installed on this machine{hint}") from None
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed (rc {proc.returncode}): "
                            f"{proc.stderr.strip()}")

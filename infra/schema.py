@@ -21,6 +21,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contr
     gpu_type_problem,
 )
 
+from infra.inputs import InputError
+
 NAMESPACE = "metalslurm"
 
 # Login names: what useradd and sacctmgr accept without quoting.
@@ -35,14 +37,23 @@ def key(name: str) -> str:
     return f"{NAMESPACE}:{name}"
 
 
-class ConfigError(ValueError):
-    """A stack config with one or more problems; ``problems`` holds one line each."""
+class ConfigError(InputError):
+    """A stack config with one or more problems; ``problems`` holds one line each.
 
-    def __init__(self, problems: list[str], source: str = "stack config") -> None:
+    An :class:`~infra.inputs.InputError` whose argument is ``source`` (``--stack`` on the
+    command line, with the file as ``value``): one problem is said on one line, several
+    are listed below a count, so a user fixes a file in one pass.
+    """
+
+    def __init__(self, problems: list[str], source: str = "stack config",
+                 value: str | None = None) -> None:
         self.problems = problems
         self.source = source
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
+        if len(problems) == 1:
+            said = problems[0]
+        else:
+            said = f"{len(problems)} problem(s):\n" + "\n".join(f"  - {p}" for p in problems)
+        super().__init__(source, said, value)
 
 
 class Collector:
@@ -57,7 +68,9 @@ class Collector:
     def string(self, raw: Mapping[str, Any], name: str, where: str, default: str | None = None,
                choices: tuple[str, ...] | None = None, pattern: re.Pattern[str] | None = None,
                what: str = "") -> str | None:
-        value = raw.get(name, default)
+        value = raw.get(name)
+        if value is None:  # absent, or null in YAML: the default
+            value = default
         if value is None:
             if default is None:
                 self.problem(where, "is required")

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from infra.inputs import InputError, read_text_argument
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The CPU training examples' environment (examples/setup-train-env.sh builds it).
 DEFAULT_REQUIREMENTS = REPO_ROOT / "examples" / "python" / "requirements-train-cpu.txt"
@@ -42,26 +44,28 @@ def node_python(os_name: str) -> str:
     try:
         return NODE_PYTHON[os_name]
     except KeyError:
-        raise WheelhouseError(f"no Python version known for os {os_name!r}; give --python "
-                              f"(known: {', '.join(f'{o} {p}' for o, p in NODE_PYTHON.items())})"
-                              ) from None
+        raise InputError("--stack", f"no Python version known for os {os_name!r}; give "
+                         f"--python (known: "
+                         f"{', '.join(f'{o} {p}' for o, p in NODE_PYTHON.items())})") from None
 
 
-def input_problems(python: str, requirements: Path, dest: Path) -> list[str]:
-    """What is wrong with the input, one line each: a Python version that is not 3.N, a
-    requirements file that cannot be read, a destination that cannot be written."""
-    problems = []
+def check_python(python: str) -> str:
+    """``python`` if it is a version such as 3.13, else an InputError naming --python."""
     if not PYTHON_RE.fullmatch(python):
-        problems.append(f"--python {python!r}: give the nodes' Python as 3.N, such as 3.13 "
-                        f"({', '.join(f'{o}: {p}' for o, p in NODE_PYTHON.items())})")
-    try:
-        requirements.read_text()
-    except OSError as exc:
-        problems.append(f"--requirements {requirements}: cannot read it ({exc.strerror})")
+        raise InputError("--python", f"give the nodes' Python as 3.N, such as 3.13 "
+                         f"({', '.join(f'{o}: {p}' for o, p in NODE_PYTHON.items())})",
+                         repr(python))
+    return python
+
+
+def check_inputs(requirements: Path, dest: Path) -> None:
+    """Refuse, naming the argument, a requirements file that cannot be read as text and a
+    destination that cannot be written (nothing is left behind)."""
+    read_text_argument(requirements, "--requirements", "a pip requirements file")
     problem = _unwritable(dest)
     if problem:
-        problems.append(f"--dest {dest}: {problem}")
-    return problems
+        raise InputError("--dest", f"{problem}; give a directory this user can write",
+                         dest)
 
 
 def _unwritable(dest: Path) -> str | None:

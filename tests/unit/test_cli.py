@@ -50,7 +50,7 @@ def clone_without_mirror(tmp_path, monkeypatch):
 
 def test_a_missing_mirror_is_refused_naming_the_files_and_the_fix(clone_without_mirror, capsys):
     assert main(["config", "validate", str(clone_without_mirror)]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert (f"metalslurm:containers.mirror: {clone_without_mirror.parent.parent}/shared/vendor "
             "does not exist on this machine; it should hold enroot_4.1.2-1_amd64.deb, "
             "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz: put them there") in out
@@ -60,7 +60,7 @@ def test_a_missing_mirror_is_refused_naming_the_files_and_the_fix(clone_without_
 def test_local_up_refuses_a_missing_mirror_before_building_anything(clone_without_mirror,
                                                                    capsys):
     assert main(["local", "up", "--stack", str(clone_without_mirror)]) == 2
-    assert "metalslurm:containers.mirror: " in capsys.readouterr().out
+    assert "metalslurm:containers.mirror: " in capsys.readouterr().err
 
 
 def test_local_down_status_and_exec_do_not_need_the_artifacts(clone_without_mirror):
@@ -77,7 +77,7 @@ def test_config_validate_refuses_a_missing_mirror_in_seconds(clone_without_mirro
                           check=False, timeout=60)
     elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "does not exist on this machine" in proc.stdout
+    assert "does not exist on this machine" in proc.stderr
     assert elapsed < 5, f"{elapsed:.1f} s"
 
 
@@ -94,7 +94,7 @@ def test_config_validate_lists_every_problem(tmp_path, capsys):
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  metalslurm:os: centos7\n  metalslurm:privateCidr: 10.0.0.0/33\n")
     assert main(["config", "validate", str(bad)]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "2 problem(s)" in out
     assert "metalslurm:os: 'centos7' is not one of the allowed values" in out
     assert "metalslurm:privateCidr: '10.0.0.0/33' is not a valid network" in out
@@ -102,7 +102,7 @@ def test_config_validate_lists_every_problem(tmp_path, capsys):
 
 def test_configure_rejects_a_malformed_extra_var(capsys):
     assert main(["configure", "-i", "inventory.yml", "-e", "novalue"]) == 2
-    assert "write KEY=VALUE" in capsys.readouterr().out
+    assert "write KEY=VALUE" in capsys.readouterr().err
 
 
 def test_local_commands_refuse_a_bad_stack_before_touching_podman(tmp_path, capsys):
@@ -110,4 +110,4 @@ def test_local_commands_refuse_a_bad_stack_before_touching_podman(tmp_path, caps
     bad.write_text("config:\n  metalslurm:computePools: [{name: gpu, count: -1}]\n")
     for command in ("up", "down", "status"):
         assert main(["local", command, "--stack", str(bad)]) == 2
-        assert "metalslurm:computePools[0].count: must be at least 0" in capsys.readouterr().out
+        assert "metalslurm:computePools[0].count: must be at least 0" in capsys.readouterr().err

@@ -152,7 +152,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     recorded = tmp_path / "sacct.txt"
     recorded.write_text("101|alice|team-a\n")
     assert main(["report", "usage", "--from-file", str(recorded), "--start", "2026-05-01"]) == 2
-    assert "sacct line 1 has 3 fields, expected 11" in capsys.readouterr().out
+    assert "sacct line 1 has 3 fields, expected 11" in capsys.readouterr().err
     assert main(["report", "usage", "--from-file", str(recorded), "--start", "yesterday-ish"]
                 ) == 2
-    assert "is not a time" in capsys.readouterr().out
+    assert "is not a time" in capsys.readouterr().err
