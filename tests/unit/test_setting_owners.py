@@ -10,13 +10,17 @@ import importlib.machinery
 import re
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
-from ansible_collections.metalslurm.cluster.plugins.module_utils import health
+from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, health
 
-from infra.config import DEFAULT_JOB_TIME
+from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
 from infra.health import HealthSettings
+from infra.inventory import cluster_vars
+from infra.schema import Collector
 from tests.paths import REPO, ROLES
 
 HEALTH_PROGRAM = ROLES / "slurm_health/files/metalslurm-health"
@@ -62,11 +66,26 @@ def test_the_checker_programs_own_defaults_are_the_owners():
                                         "ib_rate_gbps")}
 
 
+# ---- power saving: module_utils/elastic.py -------------------------------------------------
+
+@pytest.mark.parametrize("provider", sorted(elastic.PROVIDER_DEFAULTS))
+def test_the_stack_parser_takes_each_providers_timings_from_their_owner(provider):
+    """A stack without metalslurm:elastic gets, in its inventory, exactly what the roles
+    would fill a hand-written inventory of that provider with."""
+    c = Collector()
+    parsed = _parse_elastic(c, {}, provider, [])
+    assert c.problems == []
+    cfg = replace(parse_config({"metalslurm:computePools": [{"name": "gpu", "count": 1}]}),
+                  elastic=parsed)
+    assert cluster_vars(cfg, [])["metalslurm_elastic"] == elastic.elastic_settings({}, provider)
+
+
 # ---- no copy has crept back into the playbook ----------------------------------------------
 
 # A `| default(...)` on one of these settings would be a second owner of its default.
 OWNED_ELSEWHERE = re.compile(
-    r"(metalslurm_health|slurm_health_settings)\.\w+\s*\|\s*default\(")
+    r"(metalslurm_health|metalslurm_elastic|slurm_health_settings|slurm_elastic_settings|"
+    r"slurm_controller_power_saving|__slurm_controller_power)\.\w+\s*\|\s*default\(")
 
 
 def test_the_playbook_keeps_no_copy_of_an_owned_default():
@@ -76,3 +95,13 @@ def test_the_playbook_keeps_no_copy_of_an_owned_default():
               if OWNED_ELSEWHERE.search(line)]
     assert copies == []
 
+
+def test_the_readmes_table_of_timings_is_the_owners():
+    """The README's table of power-saving defaults by provider says what the table holds."""
+    text = (REPO / "README.md").read_text()
+    for stack_key, key in (("bootTime", "boot_time"), ("resumeTimeout", "resume_timeout"),
+                           ("suspendTime", "suspend_time"), ("suspendTimeout", "suspend_timeout")):
+        row = re.search(rf"^\| `{stack_key}` \| (\d+) s \| (\d+) s \| (\d+) s \|", text, re.M)
+        assert row is not None, f"README.md has no row for {stack_key}"
+        assert [int(v) for v in row.groups()] == [
+            elastic.PROVIDER_DEFAULTS[p][key] for p in ("local", "byo", "oci")], stack_key

@@ -179,6 +179,17 @@ def test_config_problems_are_all_listed() -> None:
         assert expected in text
 
 
+def test_a_config_without_the_providers_times_is_refused() -> None:
+    """stuck_after and orphan_after depend on the provider's machines: the program has no
+    default for them (their owner is module_utils/elastic.py; the role writes them)."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"nodes": {}})
+    assert "stuck_after: required" in str(err.value)
+    assert "orphan_after: required" in str(err.value)
+    config = parse_config({"stuck_after": 1200, "orphan_after": 900})
+    assert (config.stuck_after, config.orphan_after) == (1200.0, 900.0)
+
+
 def test_credentials_never_logged(tmp_path: Path, fake: FakeSlurm) -> None:
     fake.set_nodes({"gpu-001": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
     config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
