@@ -6,6 +6,7 @@ does, and that no copy has crept back in."""
 
 from __future__ import annotations
 
+import base64
 import importlib.machinery
 import re
 import sys
@@ -17,11 +18,12 @@ import pytest
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, health
 
+from infra import state
 from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
 from infra.health import HealthSettings
 from infra.inventory import cluster_vars
 from infra.schema import Collector
-from tests.paths import REPO, ROLES
+from tests.paths import REPO, ROLES, load_module
 
 HEALTH_PROGRAM = ROLES / "slurm_health/files/metalslurm-health"
 
@@ -105,3 +107,25 @@ def test_the_readmes_table_of_timings_is_the_owners():
         assert row is not None, f"README.md has no row for {stack_key}"
         assert [int(v) for v in row.groups()] == [
             elastic.PROVIDER_DEFAULTS[p][key] for p in ("local", "byo", "oci")], stack_key
+
+
+# ---- the munge key: made once on the operator's side (infra/state.py) ----------------------
+
+def test_the_munge_modules_shortest_key_is_the_operator_sides():
+    """The module runs on nodes and cannot import infra/: its copy is held equal here."""
+    module = load_module(ROLES / "munge/library/munge_key.py", "munge_key_owners")
+    assert module.MIN_KEY_BYTES == state.MUNGE_MIN_KEY_BYTES
+
+
+def test_the_pulumi_stacks_key_is_as_long_as_the_local_clusters():
+    """Two drivers each keep the key where their state lives (infra/state.py says why); what
+    a key is, is one definition."""
+    text = (REPO / "infra/cluster.py").read_text()
+    assert 'random.RandomBytes(f"{name}-munge-key", length=MUNGE_KEY_BYTES' in text
+    assert len(base64.b64decode(state.new_munge_key())) == state.MUNGE_KEY_BYTES
+
+
+def test_no_role_makes_a_munge_key():
+    """Nodes never make the cluster's key: the munge role only installs the one it is given."""
+    tasks = "\n".join(p.read_text() for p in (ROLES / "munge/tasks").glob("*.yml"))
+    assert "generate" not in tasks and "slurp" not in tasks
