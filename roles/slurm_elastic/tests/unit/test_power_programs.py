@@ -3,8 +3,9 @@
 The fake (power_helpers/fake_scontrol.py) prints the line shape recorded from Slurm 24.11.5 and
 applies the state transitions recorded there (tests/fixtures/slurm/). Driver calls go to a
 recording stub driver, or to the real local driver pointed at a missing podman socket when a
-power-on must fail; the drivers themselves are tested against real servers in
-test_power_drivers.py.
+power-on must fail; the drivers themselves are tested against real protocol servers in
+test_power_drivers.py (stand-in machines) and tests/e2e/test_power_drivers.py (podman
+containers).
 """
 
 from __future__ import annotations
