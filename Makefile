@@ -42,7 +42,8 @@ lint: deps
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 # Unit tests: the operator side (tests/unit, tests/pulumi), each role's own (roles/*/tests/unit)
-# and the collection's (its tests/unit). No container, no network.
+# and the collection's (its tests/unit). No container, no network: podman is a stand-in that
+# refuses and fails the run (tests/podman_guard.py, loaded by conftest.py).
 UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collections/metalslurm/cluster/tests
 
 unit: deps
