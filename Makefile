@@ -46,8 +46,10 @@ lint: deps
 # refuses and fails the run (tests/podman_guard.py, loaded by conftest.py).
 UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collections/metalslurm/cluster/tests
 
+# One test process per core (pytest-xdist), each test file on one of them (a module's
+# fixtures, such as test_render.py's Ansible run, are made once).
 unit: deps
-	$(BIN)/pytest $(UNIT_TESTS)
+	$(BIN)/pytest -n auto --dist loadfile $(UNIT_TESTS)
 
 e2e: deps
 	$(BIN)/pytest tests/e2e --durations=20
