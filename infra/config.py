@@ -26,6 +26,9 @@ import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
     PROVIDER_DEFAULTS as ELASTIC_DEFAULTS,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    DEFAULT_SHARED_PATHS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     shorter_time,
@@ -252,7 +255,7 @@ class StorageSettings:
 
     backend: str = "nfs"
     server: str = "nfs"
-    paths: tuple[str, ...] = ("/home", "/shared")
+    paths: tuple[str, ...] = DEFAULT_SHARED_PATHS
 
 
 @dataclass(frozen=True)
@@ -495,18 +498,20 @@ def _parse_storage(c: Collector, raw: Mapping[str, Any]) -> StorageSettings:
     where = key("storage")
     item = c.mapping(raw, "storage", where)
     c.unknown_keys(item, _STORAGE_KEYS, where)
-    backend = c.string(item, "backend", f"{where}.backend", default="nfs",
+    d = StorageSettings()
+    backend = c.string(item, "backend", f"{where}.backend", default=d.backend,
                        choices=STORAGE_BACKENDS)
-    server = c.string(item, "server", f"{where}.server", default="nfs", pattern=NODE_NAME_RE,
+    server = c.string(item, "server", f"{where}.server", default=d.server, pattern=NODE_NAME_RE,
                       what="a host name: lower-case letters, digits and '-'")
-    paths = item.get("paths", ["/home", "/shared"])
+    paths = item.get("paths", list(d.paths))
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         c.problem(f"{where}.paths", "must be a list of absolute directory paths")
         paths = []
     _check_storage_paths(c, paths, f"{where}.paths")
     if backend == "nfs" and not paths:
         c.problem(f"{where}.paths", "backend nfs needs at least one path")
-    return StorageSettings(backend=backend or "nfs", server=server or "nfs", paths=tuple(paths))
+    return StorageSettings(backend=backend or d.backend, server=server or d.server,
+                           paths=tuple(paths))
 
 
 def _parse_users(c: Collector, raw: Mapping[str, Any]) -> list[UnixUser]:

@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, health
+from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    elastic,
+    health,
+    inventory_contract,
+)
 
 from infra import state
 from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
@@ -141,3 +145,25 @@ def test_no_role_makes_a_munge_key():
     """Nodes never make the cluster's key: the munge role only installs the one it is given."""
     tasks = "\n".join(p.read_text() for p in (ROLES / "munge/tasks").glob("*.yml"))
     assert "generate" not in tasks and "slurp" not in tasks
+
+
+# ---- shared storage: module_utils/inventory_contract.py --------------------------------------
+
+def test_the_stack_parsers_shared_paths_are_the_contracts():
+    cfg = parse_config({"metalslurm:computePools": [{"name": "gpu", "count": 1}]})
+    assert cfg.storage.paths == inventory_contract.DEFAULT_SHARED_PATHS
+    assert cluster_vars(cfg, [])["metalslurm_shared_paths"] == list(
+        inventory_contract.DEFAULT_SHARED_PATHS)
+
+
+def test_every_role_takes_the_shared_paths_from_one_filter():
+    """The NFS server exports, the clients mount, the health checker checks and jobs list the
+    same paths, for a hand-written inventory without metalslurm_shared_paths too."""
+    readers = {"nfs_server": "nfs_server_exports", "nfs_client": "nfs_client_mounts",
+               "common": "common_shared_paths", "slurm_health": "slurm_health_mounts"}
+    for role, var in readers.items():
+        assert " ".join(role_defaults(role)[var].split()) == (
+            "{{ metalslurm_shared_paths | default(none) | metalslurm.cluster.shared_paths("
+            "metalslurm_shared_storage | default(none)) }}"), role
+    literal = re.compile(r"metalslurm_shared_paths\s*\|\s*default\(\s*\[")
+    assert [str(p) for p in ansible_files() if literal.search(p.read_text())] == []
