@@ -167,3 +167,19 @@ def test_every_role_takes_the_shared_paths_from_one_filter():
             "metalslurm_shared_storage | default(none)) }}"), role
     literal = re.compile(r"metalslurm_shared_paths\s*\|\s*default\(\s*\[")
     assert [str(p) for p in ansible_files() if literal.search(p.read_text())] == []
+
+
+# ---- settings two roles read: ansible/group_vars/all/metalslurm.yml ---------------------------
+
+@pytest.mark.parametrize(("role", "var", "shared"), [
+    ("slurm_elastic", "slurm_elastic_bin_dir", "__metalslurm_power_programs_dir"),
+    ("slurm_controller", "slurm_controller_power_programs_dir", "__metalslurm_power_programs_dir"),
+    ("slurmdbd", "slurmdbd_port", "__metalslurm_slurmdbd_port"),
+    ("slurm_controller", "slurm_controller_dbd_port", "__metalslurm_slurmdbd_port"),
+])
+def test_what_two_roles_must_agree_on_is_written_once(role, var, shared):
+    """Where slurm_elastic links the power programs is what slurm.conf names; the port
+    slurmdbd listens on is the one slurmctld talks to."""
+    assert role_defaults(role)[var] == f"{{{{ {shared} }}}}"
+    group_vars = yaml.safe_load((REPO / "ansible/group_vars/all/metalslurm.yml").read_text())
+    assert shared in group_vars

@@ -39,7 +39,8 @@ def render(tmp_path: Path, **all_vars: object) -> subprocess.CompletedProcess[st
                  "etc/systemd/system/metalslurm-power-reconcile.timer.j2"]
     play = [{
         "hosts": "slurm_controller", "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
+        "vars_files": [str(REPO / "ansible/group_vars/all/metalslurm.yml"),
+                       str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
         "vars": {"ansible_managed": "rendered by test_slurm_elastic_role.py"},
         "tasks": [
             {"name": "The role's checks", "ansible.builtin.include_tasks":
