@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    containers,
     elastic,
     health,
     inventory_contract,
@@ -183,3 +184,22 @@ def test_what_two_roles_must_agree_on_is_written_once(role, var, shared):
     assert role_defaults(role)[var] == f"{{{{ {shared} }}}}"
     group_vars = yaml.safe_load((REPO / "ansible/group_vars/all/metalslurm.yml").read_text())
     assert shared in group_vars
+
+
+# ---- containers: module_utils/containers.py ---------------------------------------------------
+
+def test_the_stack_parser_takes_enroots_defaults_from_their_owner():
+    from infra.containers_config import ContainerSettings
+
+    d = ContainerSettings()
+    assert (d.storage_dir, d.run_size) == (containers.DEFAULT_STORAGE_DIR,
+                                           containers.DEFAULT_RUN_SIZE)
+
+
+def test_the_health_checker_checks_the_cache_where_enroot_puts_it():
+    """Both roles take Enroot's directories from the one filter (no '/var/lib/enroot' or
+    '/cache' rule of their own)."""
+    for role in ("enroot_pyxis", "slurm_health"):
+        text = (ROLES / role / "defaults/main.yml").read_text()
+        assert "metalslurm.cluster.container_settings" in text, role
+        assert containers.DEFAULT_STORAGE_DIR not in text and "'/cache'" not in text, role
