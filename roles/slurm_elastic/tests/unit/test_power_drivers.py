@@ -79,7 +79,8 @@ class PodmanApi(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if data:  # 204 and 304 have no body (the client may be gone already)
+            self.wfile.write(data)
 
     def _container(self) -> tuple[str | None, str]:
         self.requests.append((self.command, self.path))
