@@ -43,11 +43,14 @@ lint: deps
 	$(BIN)/pytest -q -p no:cacheprovider tests/lint  # roles stand on their own (tests/lint/test_roles.py)
 
 # Unit tests: the operator side (tests/unit, tests/pulumi), each role's own (roles/*/tests/unit)
-# and the collection's (its tests/unit). No container, no network.
+# and the collection's (its tests/unit). No container, no network: podman is a stand-in that
+# refuses and fails the run (tests/podman_guard.py, loaded by conftest.py).
 UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collections/metalslurm/cluster/tests
 
+# One test process per core (pytest-xdist), each test file on one of them (a module's
+# fixtures, such as test_render.py's Ansible run, are made once).
 unit: deps
-	$(BIN)/pytest $(UNIT_TESTS)
+	$(BIN)/pytest -n auto --dist loadfile $(UNIT_TESTS)
 
 e2e: deps
 	$(BIN)/pytest tests/e2e --durations=20

@@ -198,12 +198,13 @@ def parse_accounting(c: Collector, raw: Mapping[str, Any]) -> AccountingSettings
     c.unknown_keys(db, _DATABASE_KEYS, f"{where}.database")
     db_host = c.string(db, "host", f"{where}.database.host", default="",
                        pattern=re.compile(r"^[A-Za-z0-9.-]*$"), what="a host name or address")
-    db_port = c.integer(db, "port", f"{where}.database.port", default=3306, minimum=1,
-                        maximum=65535)
-    db_name = c.string(db, "name", f"{where}.database.name", default="slurm_acct_db",
+    d = AccountingSettings()
+    db_port = c.integer(db, "port", f"{where}.database.port", default=d.database_port,
+                        minimum=1, maximum=65535)
+    db_name = c.string(db, "name", f"{where}.database.name", default=d.database_name,
                        pattern=re.compile(r"^[A-Za-z0-9_]{1,64}$"),
                        what="letters, digits and '_'")
-    db_user = c.string(db, "user", f"{where}.database.user", default="slurm",
+    db_user = c.string(db, "user", f"{where}.database.user", default=d.database_user,
                        pattern=re.compile(r"^[A-Za-z0-9_]{1,32}$"),
                        what="letters, digits and '_'")
     qos = _parse_qos(c, item.get("qos"), f"{where}.qos")
@@ -214,8 +215,9 @@ def parse_accounting(c: Collector, raw: Mapping[str, Any]) -> AccountingSettings
                                                   _ACCOUNT_KEYS, "accounts, each with a name")
                     if (a := _parse_account(c, akey, acc, known_qos)) is not None]
         c.duplicates(f"{where}.accounts", [a.name for a in accounts], "account name")
-    prune = c.boolean(item, "prune", f"{where}.prune", True)
-    return AccountingSettings(database_host=db_host or None, database_port=db_port or 3306,
-                              database_name=db_name or "slurm_acct_db",
-                              database_user=db_user or "slurm", accounts=tuple(accounts),
+    prune = c.boolean(item, "prune", f"{where}.prune", d.prune)
+    return AccountingSettings(database_host=db_host or None,
+                              database_port=db_port or d.database_port,
+                              database_name=db_name or d.database_name,
+                              database_user=db_user or d.database_user, accounts=tuple(accounts),
                               qos=tuple(qos), prune=prune)

@@ -58,6 +58,10 @@ class Cluster(pulumi.ComponentResource):
         cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
 
+        # The cluster's munge key is made here, once, and kept in the stack's state (shared by
+        # the team's backend); 'metalslurm local up', which has no Pulumi state, makes its
+        # own with infra/state.py's new_munge_key. Why not one generator for both, and why
+        # a key file is never replaced by another key: infra/state.py's docstring.
         munge = random.RandomBytes(f"{name}-munge-key", length=MUNGE_KEY_BYTES, opts=child)
         password = random.RandomPassword(f"{name}-slurmdbd-password", length=32,
                                          special=False, opts=child)

@@ -22,6 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    PROVIDER_DEFAULTS as ELASTIC_DEFAULTS,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    DEFAULT_SHARED_PATHS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     shorter_time,
@@ -66,12 +72,9 @@ PARTITION_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
 # Shared file systems are mounted at absolute paths without spaces.
 MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]+$")
 STORAGE_BACKENDS = ("nfs", "none")
-# Expected boot time of a powered-down node and the ResumeTimeout / SuspendTimeout
-# defaults, by provider (seconds). Bare metal spends minutes in firmware (POST, NIC and
-# GPU option ROMs) before the OS boots; OCI bare-metal GPU shapes take longer still.
-PROVIDER_BOOT_SECONDS = {"local": 15, "byo": 600, "oci": 900}
-PROVIDER_RESUME_TIMEOUT = {"local": 120, "byo": 1200, "oci": 1800}
-PROVIDER_SUSPEND_TIMEOUT = {"local": 30, "byo": 300, "oci": 300}
+# The power-saving timings' defaults, by provider, are the collection's table
+# (module_utils/elastic.py, imported here as ELASTIC_DEFAULTS), which the roles read for
+# hand-written inventories too.
 # First host addresses kept free in the private subnet (gateway and friends).
 RESERVED_HOST_ADDRESSES = 9
 # The time limit of a job submitted without --time to a partition whose defaultTime is
@@ -253,7 +256,7 @@ class StorageSettings:
 
     backend: str = "nfs"
     server: str = "nfs"
-    paths: tuple[str, ...] = ("/home", "/shared")
+    paths: tuple[str, ...] = DEFAULT_SHARED_PATHS
 
 
 @dataclass(frozen=True)
@@ -440,22 +443,24 @@ def _parse_elastic(c: Collector, raw: Mapping[str, Any], provider: str | None,
     where = key("elastic")
     item = c.mapping(raw, "elastic", where)
     c.unknown_keys(item, _ELASTIC_KEYS, where)
-    prov = provider if provider in PROVIDER_BOOT_SECONDS else "local"
+    d = ELASTIC_DEFAULTS[provider if provider in ELASTIC_DEFAULTS else "local"]
 
     def seconds(name: str, default: int, minimum: int = 1, maximum: int = 86400 * 30) -> int:
         value = c.integer(item, name, f"{where}.{name}", default=default, minimum=minimum,
                           maximum=maximum)
         return default if value is None else value
 
-    resume_timeout = seconds("resumeTimeout", PROVIDER_RESUME_TIMEOUT[prov])
+    resume_timeout = seconds("resumeTimeout", d["resume_timeout"])
     settings = ElasticSettings(
-        suspend_time=seconds("suspendTime", 600),
-        suspend_timeout=seconds("suspendTimeout", PROVIDER_SUSPEND_TIMEOUT[prov]),
+        suspend_time=seconds("suspendTime", d["suspend_time"]),
+        suspend_timeout=seconds("suspendTimeout", d["suspend_timeout"]),
         resume_timeout=resume_timeout,
-        resume_rate=seconds("resumeRate", 100, minimum=0, maximum=100000),
-        suspend_rate=seconds("suspendRate", 100, minimum=0, maximum=100000),
-        boot_time=seconds("bootTime", PROVIDER_BOOT_SECONDS[prov]),
-        reconcile_interval=seconds("reconcileInterval", 60, minimum=10, maximum=3600),
+        resume_rate=seconds("resumeRate", d["resume_rate"], minimum=0, maximum=100000),
+        suspend_rate=seconds("suspendRate", d["suspend_rate"], minimum=0, maximum=100000),
+        boot_time=seconds("bootTime", d["boot_time"]),
+        reconcile_interval=seconds("reconcileInterval", d["reconcile_interval"], minimum=10,
+                                   maximum=3600),
+        # Left out, it follows the resumeTimeout in force (module_utils/elastic.py).
         orphan_after=seconds("orphanAfter", resume_timeout, minimum=0),
     )
     if not any(p.elastic_count for p in pools):
@@ -494,18 +499,20 @@ def _parse_storage(c: Collector, raw: Mapping[str, Any]) -> StorageSettings:
     where = key("storage")
     item = c.mapping(raw, "storage", where)
     c.unknown_keys(item, _STORAGE_KEYS, where)
-    backend = c.string(item, "backend", f"{where}.backend", default="nfs",
+    d = StorageSettings()
+    backend = c.string(item, "backend", f"{where}.backend", default=d.backend,
                        choices=STORAGE_BACKENDS)
-    server = c.string(item, "server", f"{where}.server", default="nfs", pattern=NODE_NAME_RE,
+    server = c.string(item, "server", f"{where}.server", default=d.server, pattern=NODE_NAME_RE,
                       what="a host name: lower-case letters, digits and '-'")
-    paths = item.get("paths", ["/home", "/shared"])
+    paths = item.get("paths", list(d.paths))
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         c.problem(f"{where}.paths", "must be a list of absolute directory paths")
         paths = []
     _check_storage_paths(c, paths, f"{where}.paths")
     if backend == "nfs" and not paths:
         c.problem(f"{where}.paths", "backend nfs needs at least one path")
-    return StorageSettings(backend=backend or "nfs", server=server or "nfs", paths=tuple(paths))
+    return StorageSettings(backend=backend or d.backend, server=server or d.server,
+                           paths=tuple(paths))
 
 
 def _parse_users(c: Collector, raw: Mapping[str, Any]) -> list[UnixUser]:

@@ -28,6 +28,8 @@ from typing import Any
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.containers import (
     ARTIFACT_NAMES,
+    DEFAULT_RUN_SIZE,
+    DEFAULT_STORAGE_DIR,
     SHA256_RE,
     ContainersError,
     artifact_sources,
@@ -78,9 +80,9 @@ class ContainerSettings:
     mirror: str = ""
     pinned_only: bool = False
     artifacts: Mapping[str, Artifact] = field(default_factory=dict)
-    storage_dir: str = "/var/lib/enroot"
+    storage_dir: str = DEFAULT_STORAGE_DIR
     cache_dir: str = ""
-    run_size: str = "50%"
+    run_size: str = DEFAULT_RUN_SIZE
     pyxis: Mapping[str, Any] = field(default_factory=dict)
     credentials_file: str = ""
 
@@ -182,7 +184,7 @@ def parse_containers(c: Collector, raw: Mapping[str, Any], shared_paths: tuple[s
                 c.problem(f"{where}.artifacts.{name}.sha256", "is not given, and pinnedOnly "
                           "refuses unpinned artifacts: give the artifact's sha256")
     dirs = {}
-    for name, default in (("storageDir", "/var/lib/enroot"), ("cacheDir", "")):
+    for name, default in (("storageDir", DEFAULT_STORAGE_DIR), ("cacheDir", "")):
         value = c.string(item, name, f"{where}.{name}", default=default,
                          pattern=ABSOLUTE_PATH_RE if name in item else None,
                          what="an absolute path on local disk")
@@ -193,7 +195,8 @@ def parse_containers(c: Collector, raw: Mapping[str, Any], shared_paths: tuple[s
                       "data and cache must be on each node's local disk (multi-node jobs "
                       "break and imports crawl on NFS); choose a local path such as "
                       "/var/lib/enroot or an NVMe mount")
-    run_size = c.string(item, "runSize", f"{where}.runSize", default="50%", pattern=RUN_SIZE_RE,
+    run_size = c.string(item, "runSize", f"{where}.runSize", default=DEFAULT_RUN_SIZE,
+                        pattern=RUN_SIZE_RE,
                         what="a tmpfs size such as 50% or 64g")
     pyxis = _parse_pyxis(c, item, f"{where}.pyxis")
     creds_raw = c.string(item, "credentialsFile", f"{where}.credentialsFile", default="")
@@ -207,7 +210,7 @@ def parse_containers(c: Collector, raw: Mapping[str, Any], shared_paths: tuple[s
             _check_credentials_file(c, Path(creds), f"{where}.credentialsFile")
     settings = ContainerSettings(enabled=enabled, mirror=mirror, pinned_only=pinned_only,
                                  artifacts=artifacts, storage_dir=dirs["storageDir"],
-                                 cache_dir=dirs["cacheDir"], run_size=run_size or "50%",
+                                 cache_dir=dirs["cacheDir"], run_size=run_size or DEFAULT_RUN_SIZE,
                                  pyxis=pyxis, credentials_file=creds)
     if check_artifacts and enabled:
         check_local_artifacts(c, settings)

@@ -2,7 +2,9 @@
 
 The checker itself is ``roles/slurm_health/files/metalslurm-health`` (standard library
 only, it runs on the nodes); this module reads its settings from the stack config and
-hands them to the inventory, refusing values out of range with one sentence each.
+hands them to the inventory, refusing values out of range with one sentence each. The
+defaults of keys left out are not this module's: they are the collection's table
+(``module_utils/health.py``), which the roles read too, for hand-written inventories.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ansible_collections.metalslurm.cluster.plugins.module_utils.health import (
+    DEFAULTS as HEALTH_DEFAULTS,
+)
 
 from infra.schema import Collector
 from infra.schema import key as stack_key
@@ -25,22 +31,22 @@ _KEYS = ("enabled", "interval", "nodeState", "checkTimeout", "xidWindow", "maxEc
 
 @dataclass(frozen=True)
 class HealthSettings:
-    enabled: bool = True
-    interval: int = 300            # HealthCheckInterval, seconds
-    node_state: str = "ANY,CYCLE"  # HealthCheckNodeState
-    check_timeout: int = 10        # seconds each check may take
-    xid_window: int = 3600         # seconds an Xid error counts
-    max_ecc_uncorrected: int = 0   # volatile uncorrected ECC errors tolerated per GPU
-    ib_rate_gbps: int = 0          # the rate every InfiniBand compute port must reach; 0: any
-    min_free_tmp_mib: int = 1024
-    min_free_cache_mib: int = 10240
+    """``metalslurm:health``, parsed; each field named as the inventory (and the defaults
+    table) names it. See module_utils/health.py for what each one means."""
+
+    enabled: bool = HEALTH_DEFAULTS["enabled"]
+    interval: int = HEALTH_DEFAULTS["interval"]
+    node_state: str = HEALTH_DEFAULTS["node_state"]
+    check_timeout: int = HEALTH_DEFAULTS["check_timeout"]
+    xid_window: int = HEALTH_DEFAULTS["xid_window"]
+    max_ecc_uncorrected: int = HEALTH_DEFAULTS["max_ecc_uncorrected"]
+    ib_rate_gbps: int = HEALTH_DEFAULTS["ib_rate_gbps"]
+    min_free_tmp_mib: int = HEALTH_DEFAULTS["min_free_tmp_mib"]
+    min_free_cache_mib: int = HEALTH_DEFAULTS["min_free_cache_mib"]
 
     def inventory_vars(self) -> dict[str, Any]:
-        return {"enabled": self.enabled, "interval": self.interval,
-                "node_state": self.node_state, "check_timeout": self.check_timeout,
-                "xid_window": self.xid_window, "max_ecc_uncorrected": self.max_ecc_uncorrected,
-                "ib_rate_gbps": self.ib_rate_gbps, "min_free_tmp_mib": self.min_free_tmp_mib,
-                "min_free_cache_mib": self.min_free_cache_mib}
+        """``metalslurm_health``: every setting, named as the defaults table names it."""
+        return {name: getattr(self, name) for name in HEALTH_DEFAULTS}
 
 
 def node_state_problem(value: str) -> str | None:
@@ -72,7 +78,7 @@ def parse_health(c: Collector, raw: Mapping[str, Any]) -> HealthSettings:
         c.problem(f"{where}.nodeState", problem)
     # slurmd kills a HealthCheckProgram after 60 s: every check must fit well inside.
     return HealthSettings(
-        enabled=c.boolean(item, "enabled", f"{where}.enabled", True),
+        enabled=c.boolean(item, "enabled", f"{where}.enabled", d.enabled),
         interval=number("interval", d.interval, 0, 86400),
         node_state=node_state,
         check_timeout=number("checkTimeout", d.check_timeout, 1, 30),

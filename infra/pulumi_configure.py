@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.state import SecretError, StateDir, checked_secret
+from infra.state import SecretError, StateDir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEADER = ("# Written by the metalslurm Pulumi program ('pulumi up'); it is the stack output\n"
@@ -59,7 +59,7 @@ def write_operator_files(state: StateDir, env: Mapping[str, str]) -> list[Path]:
         raise OperatorFilesError("METALSLURM_INVENTORY is empty")
     try:
         for var, value in values.items():
-            checked_secret(var, value)
+            state.checked_secret(var, value)
         written = [state.write_secret(var, value) for var, value in values.items()]
     except SecretError as exc:
         raise OperatorFilesError(str(exc)) from None

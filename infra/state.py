@@ -16,6 +16,26 @@ What lives there::
 ``metalslurm local up`` makes the secrets here (:func:`ensure_cluster_secrets`); ``pulumi
 up`` hands its pulumi-random secrets to :meth:`StateDir.write_secret`; either way the
 files, their modes and their checks are this module's.
+
+The munge key: where it is made, and why there. A cluster's key must never change between
+runs: a node the run does not reach (an elastic node powered down) keeps the old one and
+can no longer talk to Slurm. So it is made once, on the operator's side, by whatever keeps
+the cluster's state, and nodes never make one (roles/munge refuses an inventory without
+``munge_key_b64_file``):
+
+- a Pulumi stack: pulumi-random's ``RandomBytes`` (infra/cluster.py), generated when the
+  resource is created and kept in the stack's state, which a team shares through its
+  backend; every ``pulumi up``, from any checkout, gets the same key. A key made here
+  instead would live in one operator's checkout, and a teammate's fresh checkout would make
+  another; and moving existing stacks off RandomBytes would re-key every one of them.
+- ``metalslurm local up`` (no Pulumi engine, no Pulumi state): :func:`new_munge_key`, kept
+  in ``secrets/`` for the life of the cluster (``local down`` removes it with the nodes).
+
+Both make the same thing (:data:`MUNGE_KEY_BYTES` random bytes, base64), and both reach the
+nodes through the one file this module writes, which is never replaced by a different key
+(:data:`KEPT_SECRETS`): a Pulumi stack run over a cluster 'local up' made, or a stack
+re-created over machines that outlived it, is refused with a sentence instead of re-keying
+the nodes.
 """
 
 from __future__ import annotations
@@ -47,6 +67,12 @@ SECRET_FILES = {
 # The secrets every cluster has; the others depend on the provider.
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file")
 MUNGE_KEY_BYTES = 1024
+# munged refuses shorter keys (roles/munge/library/munge_key.py checks the same on the node;
+# tests/unit/test_setting_owners.py keeps the two equal).
+MUNGE_MIN_KEY_BYTES = 32
+# Secrets a cluster keeps for its life: a file already holding another value is never
+# replaced (a new munge key would cut off every node a run does not reach).
+KEPT_SECRETS = ("munge_key_b64_file",)
 JWT_KEY_BYTES = 32  # Slurm's auth/jwt HS256 key: 32 random bytes, as its docs make it
 # libyaml's emitter when PyYAML has it: the same YAML as SafeDumper, ~5x faster on the
 # inventory of a 1,000-node cluster.
@@ -64,8 +90,8 @@ def checked_secret(var: str, value: str) -> str:
             raw = base64.b64decode(value, validate=True)
         except binascii.Error:
             raise SecretError(f"{var}: the key is not valid base64") from None
-        if var == "munge_key_b64_file" and len(raw) < 32:
-            raise SecretError(f"{var}: a munge key needs at least 32 bytes")
+        if var == "munge_key_b64_file" and len(raw) < MUNGE_MIN_KEY_BYTES:
+            raise SecretError(f"{var}: a munge key needs at least {MUNGE_MIN_KEY_BYTES} bytes")
         return value.strip() + "\n"
     if var == "slurm_elastic_credentials_file":
         try:
@@ -147,9 +173,27 @@ class StateDir:
         """Inventory vars naming the secret files (never their contents)."""
         return {var: str(self.secret_file(var)) for var in names}
 
-    def write_secret(self, var: str, value: str) -> Path:
+    def checked_secret(self, var: str, value: str) -> str:
+        """The file content for secret ``var``, or SecretError: a bad value, or one that
+        would replace a kept secret (:data:`KEPT_SECRETS`) already here with another."""
+        content = checked_secret(var, value)
         path = self.secret_file(var)
-        _write_private(path, checked_secret(var, value))
+        if var in KEPT_SECRETS and path.exists() and path.read_text() != content:
+            raise SecretError(
+                f"{var}: {path} already holds this cluster's munge key, and this run brings "
+                "another; the nodes use the one in the file, so it is kept and nothing is "
+                "written. Two ways to this: 'metalslurm local up' and 'pulumi up' on the same "
+                "stack (each makes its own key: use one of them, or 'metalslurm local down' "
+                "first), or a Pulumi stack made again over machines that outlived the old one "
+                "(adopt the file's key: 'pulumi import random:index/randomBytes:RandomBytes "
+                "<cluster>-munge-key <the file's content>'). If the cluster that key belonged "
+                "to is gone, delete the file and run again.")
+        return content
+
+    def write_secret(self, var: str, value: str) -> Path:
+        content = self.checked_secret(var, value)
+        path = self.secret_file(var)
+        _write_private(path, content)
         return path
 
     def ensure_secret(self, var: str, make: Callable[[], str]) -> Path:
@@ -179,12 +223,17 @@ def write_credentials_file(state: StateDir, source: str) -> dict[str, str]:
     return state.secret_vars(["registry_credentials_file"])
 
 
+def new_munge_key() -> str:
+    """A new munge key, base64: what a cluster without Pulumi state gets, once (a Pulumi
+    stack's is pulumi-random's RandomBytes of the same length; see the module's docstring)."""
+    return base64.b64encode(secrets.token_bytes(MUNGE_KEY_BYTES)).decode()
+
+
 def ensure_cluster_secrets(state: StateDir) -> dict[str, str]:
     """Munge key, slurmdbd password and JWT key for a cluster without Pulumi (the local
     cluster): made once, kept across runs; returns the inventory vars naming them."""
     makers = {
-        "munge_key_b64_file": lambda: base64.b64encode(
-            secrets.token_bytes(MUNGE_KEY_BYTES)).decode(),
+        "munge_key_b64_file": new_munge_key,
         "slurmdbd_password_file": lambda: secrets.token_urlsafe(32),
         "slurm_jwt_key_b64_file": lambda: base64.b64encode(
             secrets.token_bytes(JWT_KEY_BYTES)).decode(),

@@ -1,7 +1,8 @@
-"""Debian 12 nodes (Slurm 22.05): configure with the controller as munge key source,
-a multi-node srun, the verify suite, a second configure with nothing to change, scaling
-down, a lost state directory, and 'down' removing everything. This module brings up and
-removes its own cluster."""
+"""Debian 12 nodes (Slurm 22.05): configure, every node with the operator's munge key (and
+a configure that names no key file refused before munge is touched), a multi-node srun,
+the verify suite, a second configure with nothing to change, scaling down, a lost state
+directory, and 'down' removing everything. This module brings up and removes its own
+cluster."""
 
 from __future__ import annotations
 
@@ -33,9 +34,8 @@ CLUSTER = "ms-e2e12"
 STATE = REPO / ".metalslurm" / "e2e-debian12"
 INVENTORY = STATE / "inventory.yml"
 NODES = ["ctl", "gpu-001", "gpu-002"]
-# No operator-side key file: the key the controller's munge package created is the
-# source, and the role copies it to the other nodes.
-CONTROLLER_KEY = {"munge_key_b64_file": ""}
+# An inventory that names no key file: the munge role refuses it (nodes never make a key).
+NO_KEY_FILE = {"munge_key_b64_file": ""}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,11 @@ def nodes():
 
 @pytest.fixture(scope="module")
 def configured(nodes):
-    return run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    return run_playbook(INVENTORY, out=lambda _line: None)
+
+
+def node_key_hashes() -> dict[str, str]:
+    return {n: node_sh(n, "sha256sum /etc/munge/munge.key").split()[0] for n in NODES}
 
 
 def node_sh(node: str, command: str) -> str:
@@ -68,12 +72,19 @@ def test_slurm_is_22_05(configured):
     assert node_sh("ctl", "sinfo --version").startswith("slurm-wlm 22.05")
 
 
-def test_every_node_has_the_controllers_munge_key(configured):
-    hashes = {n: node_sh(n, "sha256sum /etc/munge/munge.key").split()[0] for n in NODES}
-    assert len(set(hashes.values())) == 1, hashes
-    # ... and not the operator-side file's key, which this run was told not to use.
+def test_every_node_has_the_operators_munge_key(configured):
+    """The key 'local up' made once in the state directory, not the one each node's munge
+    package made when it was installed."""
     operator_key = base64.b64decode((STATE / "secrets" / "munge.key.b64").read_text())
-    assert hashes["ctl"] != hashlib.sha256(operator_key).hexdigest()
+    assert node_key_hashes() == dict.fromkeys(NODES, hashlib.sha256(operator_key).hexdigest())
+
+
+def test_a_configure_without_a_key_file_is_refused_and_changes_no_key(configured):
+    before = node_key_hashes()
+    result = run_playbook(INVENTORY, extra_vars=NO_KEY_FILE, out=lambda _line: None)
+    assert not result.ok
+    assert any("munge_key_b64_file is not set" in f for f in result.failures), result.failures
+    assert node_key_hashes() == before
 
 
 def test_multi_node_srun(configured):
@@ -128,7 +139,7 @@ def test_verify_suite_passes(configured):
 
 
 def test_second_configure_changes_nothing(configured):
-    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
 
@@ -146,7 +157,7 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "removing nodes no longer in the config: ms-e2e12-gpu-002" in proc.stdout
     assert cluster_containers(CLUSTER) == ["ms-e2e12-ctl", "ms-e2e12-gpu-001"]
-    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     assert "Restart slurmctld" in [t for h, t in result.changed_tasks if h == "ctl"]
     # One line per partition the node is in: debug, train and priority.
@@ -161,7 +172,7 @@ def test_up_recovers_when_the_state_directory_was_lost(configured, tmp_path):
     proc = metalslurm("local", "up", "--stack", str(STACK), "--no-configure")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "recreating ms-e2e12-ctl: its node files changed" in proc.stdout
-    result = run_playbook(INVENTORY, extra_vars=CONTROLLER_KEY, out=lambda _line: None)
+    result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]

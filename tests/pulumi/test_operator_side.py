@@ -45,6 +45,33 @@ def test_a_bad_secret_writes_nothing(tmp_path):
     assert not state.root.exists()
 
 
+def munge_env(key: bytes, password: str = "pw") -> dict[str, str]:
+    return {"METALSLURM_SECRET_VARS": json.dumps(["munge_key_b64_file",
+                                                  "slurmdbd_password_file"]),
+            "METALSLURM_MUNGE_KEY_B64": base64.b64encode(key).decode(),
+            "METALSLURM_SLURMDBD_PASSWORD": password,
+            "METALSLURM_INVENTORY": json.dumps({"all": {"vars": {"run": password}}})}
+
+
+def test_the_same_munge_key_is_written_again_on_every_run(tmp_path):
+    state = StateDir(tmp_path / "stack")
+    write_operator_files(state, munge_env(b"k" * 1024))
+    write_operator_files(state, munge_env(b"k" * 1024, password="pw2"))
+    assert state.secret_file("slurmdbd_password_file").read_text() == "pw2\n"
+
+
+def test_a_different_munge_key_never_replaces_the_clusters(tmp_path):
+    """The key in the state directory is the one the nodes hold (made by 'local up', or by
+    a Pulumi stack since destroyed over machines that outlived it): another stack's key is
+    refused, and no file of this run is written."""
+    state = StateDir(tmp_path / "stack")
+    write_operator_files(state, munge_env(b"k" * 1024))
+    before = {p.name: p.read_text() for p in (*state.secrets.iterdir(), state.inventory)}
+    with pytest.raises(OperatorFilesError, match="already holds this cluster's munge key"):
+        write_operator_files(state, munge_env(b"x" * 1024, password="pw2"))
+    assert {p.name: p.read_text() for p in (*state.secrets.iterdir(), state.inventory)} == before
+
+
 @pytest.mark.parametrize(("os_release", "os_name", "gpus", "ok", "message"), [
     ('ID=debian\nVERSION_ID="12"\n', "debian12", 8, True, "debian 12 ok"),
     ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu24.04", 8, True, "ubuntu 24.04 ok"),

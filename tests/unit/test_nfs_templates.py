@@ -16,69 +16,87 @@ REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 
 
-def render(tmp_path: Path, host_vars: dict, templates: list[tuple[str, str]],
-           extra_tasks: list | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a one-host play (connection local) that renders role templates into tmp_path."""
+# One host per case, all rendered by one Ansible run (a run costs seconds; a host, little):
+# host -> its facts, and the templates it renders (role template, file name).
+EXPORTS = ("nfs_server/templates/etc/exports.d/metalslurm.exports.j2", "exports")
+NFS_CONF = ("nfs_server/templates/etc/nfs.conf.d/metalslurm.conf.j2", "nfs.conf")
+MOUNT = ("nfs_client/templates/etc/systemd/system/nfs.mount.j2", "unit")
+THREADS = [(2, 16), (16, 64), (96, 128)]
+KERNELS = [("6.1.0-40-amd64", ",nconnect=8"), ("4.19.0-27-amd64", "")]
+CASES: dict[str, tuple[dict, list[tuple[str, str]]]] = {
+    "exports": ({"ansible_processor_vcpus": 2}, [EXPORTS]),
+    **{f"vcpus-{vcpus}": ({"ansible_processor_vcpus": vcpus}, [NFS_CONF])
+       for vcpus, _threads in THREADS},
+    **{f"kernel-{kernel}": ({"ansible_kernel": kernel, "item": "/data/ckpt-1"}, [MOUNT])
+       for kernel, _nconnect in KERNELS},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each case's files, under <out>/<case>/, from one play (connection local) over one
+    host per case, each a compute node of the same cluster."""
+    out = tmp_path_factory.mktemp("nfs")
     inventory = {"all": {
         "vars": {"metalslurm_cluster_name": "lab", "metalslurm_private_cidr": "10.77.0.0/24",
                  "metalslurm_shared_paths": ["/home", "/shared", "/data/ckpt-1"],
                  "ansible_connection": "local",
                  "ansible_python_interpreter": sys.executable},
         "hosts": {"nfs": {"metalslurm_address": "10.77.0.254"},
-                  "gpu-001": {"metalslurm_address": "10.77.0.11", **host_vars}},
+                  **{case: {"metalslurm_address": f"10.77.0.{11 + i}", **facts}
+                     for i, (case, (facts, _t)) in enumerate(CASES.items())}},
         "children": {"nfs_server": {"hosts": {"nfs": None}},
-                     "slurm_compute": {"hosts": {"gpu-001": None}}}}}
-    tasks = list(extra_tasks or [])
-    for src, dest in templates:
-        tasks.append({"name": f"render {src}", "ansible.builtin.template": {
-            "src": str(ROLES / src), "dest": str(tmp_path / dest), "mode": "0644"}})
-    play = [{"hosts": "gpu-001", "gather_facts": False,
+                     "slurm_compute": {"hosts": dict.fromkeys(CASES)}}}}
+    for case in CASES:
+        (out / case).mkdir()
+    tasks = []
+    for template in (EXPORTS, NFS_CONF, MOUNT):
+        hosts = [case for case, (_facts, templates) in CASES.items() if template in templates]
+        tasks.append({"name": f"render {template[0]}", "ansible.builtin.template": {
+            "src": str(ROLES / template[0]),
+            "dest": f"{out}/{{{{ inventory_hostname }}}}/{template[1]}", "mode": "0644"},
+            "when": f"inventory_hostname in {hosts}"})
+    tasks.append({"name": "unit name", "ansible.builtin.copy": {
+        "content": "{{ '/data/ckpt-1' | metalslurm.cluster.mount_unit }}",
+        "dest": f"{out}/{{{{ inventory_hostname }}}}/unit-name", "mode": "0644"},
+        "when": "inventory_hostname.startswith('kernel-')"})
+    play = [{"hosts": "slurm_compute", "gather_facts": False,
              "vars_files": [str(ROLES / f) for f in (
                  "nfs_server/defaults/main.yml", "nfs_client/defaults/main.yml",
                  "nfs_client/vars/main.yml")],
              "tasks": tasks}]
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    (out / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (out / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
-    return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True,
+    proc = subprocess.run(["ansible-playbook", "-i", str(out / "inventory.yml"),
+                           str(out / "play.yml")], capture_output=True, text=True,
                           env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return out
 
 
 def body(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
 
 
-def test_exports_are_for_the_private_network_only(tmp_path):
-    proc = render(tmp_path, {"ansible_processor_vcpus": 2},
-                  [("nfs_server/templates/etc/exports.d/metalslurm.exports.j2", "exports")])
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert body(tmp_path / "exports") == [
+def test_exports_are_for_the_private_network_only(rendered):
+    assert body(rendered / "exports/exports") == [
         f"{path} 10.77.0.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)"
         for path in ("/home", "/shared", "/data/ckpt-1")]
 
 
-@pytest.mark.parametrize(("vcpus", "threads"), [(2, 16), (16, 64), (96, 128)])
-def test_nfsd_threads_scale_with_the_server_and_v3_is_off(tmp_path, vcpus, threads):
-    proc = render(tmp_path, {"ansible_processor_vcpus": vcpus},
-                  [("nfs_server/templates/etc/nfs.conf.d/metalslurm.conf.j2", "nfs.conf")])
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert body(tmp_path / "nfs.conf") == [
+@pytest.mark.parametrize(("vcpus", "threads"), THREADS)
+def test_nfsd_threads_scale_with_the_server_and_v3_is_off(rendered, vcpus, threads):
+    assert body(rendered / f"vcpus-{vcpus}/nfs.conf") == [
         "[nfsd]", f"threads={threads}", "vers3=n", "vers4=y", "vers4.1=y", "vers4.2=y"]
 
 
-@pytest.mark.parametrize(("kernel", "nconnect"), [("6.1.0-40-amd64", ",nconnect=8"),
-                                                  ("4.19.0-27-amd64", "")])
-def test_mount_unit_waits_for_the_network_and_mounts_hard(tmp_path, kernel, nconnect):
-    proc = render(tmp_path, {"ansible_kernel": kernel, "item": "/data/ckpt-1"},
-                  [("nfs_client/templates/etc/systemd/system/nfs.mount.j2", "unit")],
-                  extra_tasks=[{"name": "unit name", "ansible.builtin.copy": {
-                      "content": "{{ '/data/ckpt-1' | metalslurm.cluster.mount_unit }}",
-                      "dest": str(tmp_path / "unit-name"), "mode": "0644"}}])
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    assert (tmp_path / "unit-name").read_text() == "data-ckpt\\x2d1.mount"
-    assert body(tmp_path / "unit") == [
+@pytest.mark.parametrize(("kernel", "nconnect"), KERNELS)
+def test_mount_unit_waits_for_the_network_and_mounts_hard(rendered, kernel, nconnect):
+    case = rendered / f"kernel-{kernel}"
+    assert (case / "unit-name").read_text() == "data-ckpt\\x2d1.mount"
+    assert body(case / "unit") == [
         "[Unit]", "Description=Shared /data/ckpt-1 of cluster lab from nfs",
         "Documentation=man:nfs(5)", "Wants=network-online.target", "After=network-online.target",
         "[Mount]", "What=10.77.0.254:/data/ckpt-1", "Where=/data/ckpt-1", "Type=nfs4",

@@ -19,6 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    PROVIDER_DEFAULTS as ELASTIC_DEFAULTS,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.health import (
+    DEFAULTS as HEALTH_DEFAULTS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
     check_settings,
 )
@@ -36,6 +42,9 @@ NODE_FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
 # The same hardware as the local provider writes it for elastic (powered-down) nodes.
 NODE_OPTIONS = {"Sockets": 2, "CoresPerSocket": 56, "ThreadsPerCore": 2, "CPUs": 224,
                 "RealMemory": 2063937 * 97 // 100}
+# slurm.conf's settings that come from metalslurm_elastic and metalslurm_health.
+POWER_AND_HEALTH = ("SuspendTime", "SuspendTimeout", "ResumeTimeout", "ResumeRate",
+                    "SuspendRate", "HealthCheckInterval", "HealthCheckNodeState")
 
 
 def fixture_inventory() -> dict:
@@ -134,23 +143,61 @@ def test_gres_and_cgroup_files(rendered):
         "ConstrainRAMSpace": "YES"}
 
 
-def test_gres_conf_takes_the_gpu_facts_kept_on_the_controller(tmp_path):
+GPU_FACTS = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
+
+
+@pytest.fixture(scope="module")
+def by_hand(tmp_path_factory) -> Path:
+    """Rendered for 24.11 with GPU facts kept on the controller (for gpu-001, gpu-003 and a
+    node no longer in the inventory), and as an inventory written by hand for bare metal
+    would have it: provider byo, no metalslurm_elastic, no metalslurm_health (the defaults
+    tables of the collection fill them)."""
+    out = tmp_path_factory.mktemp("by-hand")
+    (out / "24.11").mkdir()
+    (out / "24.11/compute-gpus.json").write_text(json.dumps(
+        {"gpu-001": GPU_FACTS, "gpu-003": GPU_FACTS, "gpu-099": GPU_FACTS}))
+    proc = run_render(out, ("24.11",), {"metalslurm_provider": "byo", "metalslurm_elastic": {},
+                                        "metalslurm_health": {}})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return out
+
+
+def test_gres_conf_takes_the_gpu_facts_kept_on_the_controller(by_hand):
     """The controller keeps each GPU node's metalslurm_node.gpus (the e2e driver test shows
     the nvidia_gpu role publishing them); gres.conf takes per-GPU files and cores from them,
     also for a powered-down elastic node (gpu-003), and the count's line for the nodes
-    without; what is kept afterwards is the nodes' facts, nodes no longer in the inventory
-    left out."""
-    facts = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
-    (tmp_path / "24.11").mkdir()
-    kept = tmp_path / "24.11/compute-gpus.json"
-    kept.write_text(json.dumps({"gpu-001": facts, "gpu-003": facts, "gpu-099": facts}))
-    proc = run_render(tmp_path, ("24.11",))
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert lines(tmp_path / "24.11/gres.conf") == [
+    without; what is kept afterwards leaves out nodes no longer in the inventory."""
+    assert lines(by_hand / "24.11/gres.conf") == [
         "NodeName=gpu-[001,003] Cores=0-55 File=/dev/nvidia[0-3] Name=gpu Type=h100",
         "NodeName=gpu-[001,003] Cores=56-111 File=/dev/nvidia[4-7] Name=gpu Type=h100",
         "NodeName=gpu-[002,004] File=/dev/nvidia[0-7] Name=gpu Type=h100"]
-    assert json.loads(kept.read_text()) == {"gpu-001": facts, "gpu-003": facts}
+    assert json.loads((by_hand / "24.11/compute-gpus.json").read_text()) == {
+        "gpu-001": GPU_FACTS, "gpu-003": GPU_FACTS}
+
+
+def test_an_inventory_without_timings_gets_the_providers_defaults(by_hand):
+    """The controller role fills what a hand-written inventory leaves out from the same
+    tables the stack parser uses (module_utils/elastic.py, module_utils/health.py)."""
+    conf = settings(by_hand / "24.11/slurm.conf")
+    byo = ELASTIC_DEFAULTS["byo"]
+    assert {k: conf[k] for k in POWER_AND_HEALTH} == {
+        "SuspendTime": str(byo["suspend_time"]), "SuspendTimeout": str(byo["suspend_timeout"]),
+        "ResumeTimeout": str(byo["resume_timeout"]), "ResumeRate": str(byo["resume_rate"]),
+        "SuspendRate": str(byo["suspend_rate"]),
+        "HealthCheckInterval": str(HEALTH_DEFAULTS["interval"]),
+        "HealthCheckNodeState": HEALTH_DEFAULTS["node_state"]}
+
+
+def test_slurm_conf_has_the_stack_configs_timings(rendered):
+    """What the stack parser read (the default local stack) is what slurm.conf says."""
+    cfg = load_stack_file(REPO / "Pulumi.local.yaml")
+    el, health = cfg.elastic, cfg.health
+    conf = settings(rendered / "24.11/slurm.conf")
+    assert {k: conf[k] for k in POWER_AND_HEALTH} == {
+        "SuspendTime": str(el.suspend_time), "SuspendTimeout": str(el.suspend_timeout),
+        "ResumeTimeout": str(el.resume_timeout), "ResumeRate": str(el.resume_rate),
+        "SuspendRate": str(el.suspend_rate), "HealthCheckInterval": str(health.interval),
+        "HealthCheckNodeState": health.node_state}
 
 
 def test_accounting_power_saving_and_scheduling_settings(rendered):

@@ -1,21 +1,21 @@
 #!/usr/bin/python
-"""Ansible module: write (or create) a binary munge key, byte-exact, with owner and mode."""
+"""Ansible module: write a binary munge key, byte-exact, with owner and mode.
+
+It never makes a key: the cluster's key is made once on the operator's side (infra/state.py,
+or pulumi-random in a Pulumi stack) and kept there, so every node, including one powered
+down during a run, gets the same key on every run."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: munge_key
-short_description: Install a binary munge key from base64, or create one if missing
+short_description: Install a binary munge key from base64
 description:
   - Writes the decoded bytes of C(content_b64) to C(path) atomically when they differ,
     then sets owner, group and mode. The key never appears in the module's output.
-  - With C(generate=true) and no C(content_b64), creates a key of C(size) random bytes
-    only when C(path) does not exist yet.
 options:
   path: {type: path, required: true, description: Key file.}
-  content_b64: {type: str, description: The key, base64-encoded.}
-  generate: {type: bool, default: false, description: Create a random key if missing.}
-  size: {type: int, default: 1024, description: Bytes of a generated key.}
+  content_b64: {type: str, required: true, description: The key, base64-encoded.}
 extends_documentation_fragment: [files]
 """
 
@@ -42,7 +42,9 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-MIN_KEY_BYTES = 32  # munged refuses shorter keys
+# munged refuses shorter keys (infra/state.py checks the same before it writes a key file;
+# tests/unit/test_setting_owners.py keeps the two equal).
+MIN_KEY_BYTES = 32
 
 
 def decode_key(content_b64: str) -> bytes:
@@ -69,27 +71,17 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "content_b64": {"type": "str", "no_log": True},
-            "generate": {"type": "bool", "default": False},
-            "size": {"type": "int", "default": 1024},
+            "content_b64": {"type": "str", "required": True, "no_log": True},
         },
         add_file_common_args=True,
         supports_check_mode=True,
-        required_one_of=[("content_b64", "generate")],
     )
     path = module.params["path"]
     existing = read_existing(path)
-    if module.params["content_b64"] is not None:
-        try:
-            wanted = decode_key(module.params["content_b64"])
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-    elif existing is not None:
-        wanted = existing
-    else:
-        if module.params["size"] < MIN_KEY_BYTES:
-            module.fail_json(msg=f"size must be at least {MIN_KEY_BYTES}")
-        wanted = os.urandom(module.params["size"])
+    try:
+        wanted = decode_key(module.params["content_b64"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
 
     changed = existing != wanted
     if changed and not module.check_mode:

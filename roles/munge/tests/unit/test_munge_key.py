@@ -44,13 +44,12 @@ def test_check_mode_reports_without_writing(run_module, tmp_path):
     assert not key.exists()
 
 
-def test_generate_creates_once_and_keeps_an_existing_key(run_module, tmp_path):
+def test_a_key_is_required_the_module_never_makes_one(run_module, tmp_path):
     key = tmp_path / "munge.key"
-    assert run_module(path=str(key), generate=True, mode="0400")["changed"] is True
-    created = key.read_bytes()
-    assert len(created) == 1024
-    assert run_module(path=str(key), generate=True, mode="0400")["changed"] is False
-    assert key.read_bytes() == created
+    result = run_module(path=str(key), mode="0400")
+    assert result.get("failed") is True and "content_b64" in result["msg"]
+    assert not key.exists()
+    assert "generate" in run_module(path=str(key), generate=True, content_b64=KEY)["msg"]
 
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -1,13 +1,16 @@
-"""The power drivers against real protocol servers on loopback whose power actions start and
-stop real (tiny) podman containers:
+"""The power drivers against real protocol servers on loopback, with stand-in machines (no
+container: a machine is a power flag in a JSON file, power_helpers/machines.py):
 
-- local: podman's own REST API (``podman system service`` on a socket in tmp);
-- redfish: the sushy-tools emulator (unmodified Flask app) with a podman-backed systems driver;
-- ipmi: a pyghmi BMC (``pyghmi.ipmi.bmc.Bmc`` subclass) backed by podman;
+- local: the driver's HTTP calls over a unix socket, answered by a stand-in of podman's REST
+  API (the few libpod calls the driver makes, in this process);
+- redfish: the sushy-tools emulator (unmodified Flask app) with a systems driver over the
+  stand-in machines;
+- ipmi: a pyghmi BMC (``pyghmi.ipmi.bmc.Bmc`` subclass) over a stand-in machine;
 - oci: the oci SDK against a small local HTTP server standing in for the Compute API
   (``service_endpoint``), asserting the requests the SDK sends.
 
-Containers are named ms-bmc-test-*, created and removed here (leftovers of earlier runs too).
+The same drivers starting and stopping real podman containers (podman's own API, the same
+BMC stand-ins) are e2e tests: tests/e2e/test_power_drivers.py.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -31,109 +35,150 @@ import pytest
 import yaml
 from metalslurm_power.drivers import make_driver
 from metalslurm_power.drivers.base import OFF, ON
-from power_helpers import podman_nodes
 from power_helpers.env import HELPERS, REPO
+from power_helpers.machines import FileMachines
+from power_helpers.servers import free_port, stop_process, tcp_port_answers, wait_until
 
-SKIP = podman_nodes.available()
-needs_podman = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
-NAMES = ["ms-bmc-test-1", "ms-bmc-test-2", "ms-bmc-test-3"]
+NAMES = ["machine-1", "machine-2", "machine-3"]
 USER, PASSWORD = "admin", "bmc-pass-1"
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture()
+def machines(tmp_path: Path) -> FileMachines:
+    """Three machines, all off."""
+    return FileMachines(tmp_path / "machines.json", NAMES)
 
 
-def wait_for(check, timeout: float = 30.0, what: str = "server") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} did not come up in {timeout:.0f}s")
+def start_bmc(module: str, args: list[str], log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115 (the child keeps it; closed with the process)
+    proc = subprocess.Popen([sys.executable, "-m", f"power_helpers.{module}", *args],
+                            cwd=HELPERS.parent, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return proc
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+# --- local: podman's REST API (a stand-in answering the driver's libpod calls) -------------
 
+class PodmanApi(BaseHTTPRequestHandler):
+    """GET /containers/NAME/json, POST .../start and .../stop?t=N, as podman 4 answers them,
+    over the stand-in machines; a container in ``dies`` exits as soon as it starts."""
 
-@pytest.fixture(scope="module")
-def machines() -> Iterator[list[str]]:
-    if SKIP:
-        pytest.skip(SKIP)
-    podman_nodes.remove_leftovers()
-    podman_nodes.ensure_image()
-    for name in NAMES:
-        podman_nodes.create(name)
-    yield NAMES
-    for name in NAMES:
-        podman_nodes.remove(name)
+    machines: FileMachines
+    dies: set[str] = set()
+    requests: list[tuple[str, str]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def address_string(self) -> str:  # a unix socket has no peer address
+        return "unix"
+
+    def _reply(self, status: int, body: Any = None) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if data:  # 204 and 304 have no body (the client may be gone already)
+            self.wfile.write(data)
+
+    def _container(self) -> tuple[str | None, str]:
+        self.requests.append((self.command, self.path))
+        prefix = "/v4.0.0/libpod/containers/"
+        if not self.path.startswith(prefix):
+            return None, ""
+        name, _, action = self.path[len(prefix):].partition("/")
+        state = json.loads(self.machines.path.read_text())
+        return (name if name in state else None), action
+
+    def do_GET(self) -> None:
+        name, action = self._container()
+        if name is None or action != "json":
+            return self._reply(404, {"message": "no such container", "response": 404})
+        running = self.machines.running(name)
+        networks = {"other-net": {"IPAddress": "10.88.0.7"},
+                    "ms-net": {"IPAddress": f"10.77.0.{21 + NAMES.index(name)}"}}
+        self._reply(200, {"State": {"Running": running,
+                                    "Status": "running" if running else "exited"},
+                          "NetworkSettings": {"Networks": networks if running else {}}})
+
+    def do_POST(self) -> None:
+        name, action = self._container()
+        if name is None:
+            return self._reply(404, {"message": "no such container", "response": 404})
+        if action == "start":
+            if self.machines.running(name):
+                return self._reply(304)
+            if name not in self.dies:
+                self.machines.start(name)
+            return self._reply(204)
+        if action.startswith("stop"):
+            if not self.machines.running(name):
+                return self._reply(304)
+            self.machines.stop(name)
+            return self._reply(204)
+        return self._reply(404, {"message": f"no action {action}", "response": 404})
 
 
 @pytest.fixture()
-def all_off(machines: list[str]) -> list[str]:
-    for name in machines:
-        if podman_nodes.running(name):
-            podman_nodes.stop(name)
-    return machines
-
-
-# --- local: podman REST API ----------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def podman_socket(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    sock = tmp_path_factory.mktemp("podman") / "podman.sock"
-    proc = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def podman_api(tmp_path: Path, machines: FileMachines) -> Iterator[str]:
+    sock = tmp_path / "podman.sock"
+    PodmanApi.machines, PodmanApi.dies, PodmanApi.requests = machines, set(), []
+    server = socketserver.ThreadingUnixStreamServer(str(sock), PodmanApi)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
     try:
-        wait_for(sock.exists, what="podman system service")
         yield str(sock)
     finally:
-        stop_process(proc)
+        server.shutdown()
+        server.server_close()
 
 
-@needs_podman
-def test_local_power_on_reports_address(podman_socket: str, all_off: list[str]) -> None:
-    params = {f"n{i}": {"driver": "local", "container": name, "socket": podman_socket}
-              for i, name in enumerate(all_off[:2], start=1)}
-    driver = make_driver("local", params, {})
+def local_params(sock: str, *names: str, **extra: Any) -> dict[str, dict[str, Any]]:
+    return {f"n{i}": {"driver": "local", "container": name, "socket": sock, **extra}
+            for i, name in enumerate(names, start=1)}
+
+
+def test_local_power_on_reports_the_address_on_the_clusters_network(
+        podman_api: str, machines: FileMachines) -> None:
+    driver = make_driver("local", local_params(podman_api, *NAMES[:2], network="ms-net"), {})
     results = driver.power_on(["n1", "n2"])
-    assert {n: (r.ok, r.power) for n, r in results.items()} == {"n1": (True, ON),
-                                                               "n2": (True, ON)}
-    assert all(r.address and r.address.count(".") == 3 for r in results.values()), results
-    assert podman_nodes.running(all_off[0]) and podman_nodes.running(all_off[1])
+    assert {n: (r.ok, r.power, r.address) for n, r in results.items()} == {
+        "n1": (True, ON, "10.77.0.21"), "n2": (True, ON, "10.77.0.22")}
+    assert machines.running(NAMES[0]) and machines.running(NAMES[1])
+    assert not machines.running(NAMES[2])
 
 
-@needs_podman
-def test_local_power_off_and_status(podman_socket: str, all_off: list[str]) -> None:
-    params = {"n1": {"driver": "local", "container": all_off[0], "socket": podman_socket,
-                     "stop_timeout": 1}}
-    driver = make_driver("local", params, {})
-    podman_nodes.start(all_off[0])
+def test_local_power_off_and_status(podman_api: str, machines: FileMachines) -> None:
+    driver = make_driver("local", local_params(podman_api, NAMES[0], stop_timeout=1), {})
+    machines.start(NAMES[0])
     assert driver.status(["n1"])["n1"].power == ON
     assert driver.power_off(["n1"])["n1"].ok
-    assert not podman_nodes.running(all_off[0])
+    assert not machines.running(NAMES[0])
     assert driver.status(["n1"])["n1"].power == OFF
     assert driver.power_off(["n1"])["n1"].ok  # already off: still ok (HTTP 304)
+    assert driver.power_off(["n1"], force=True)["n1"].ok
+    stops = [path for method, path in PodmanApi.requests if path.endswith(("?t=1", "?t=0"))]
+    assert [s.rsplit("=", 1)[1] for s in stops] == ["1", "1", "0"]  # force: no grace time
 
 
-@needs_podman
-def test_local_unknown_container_is_an_error(podman_socket: str, machines: list[str]) -> None:
-    driver = make_driver("local", {"n9": {"driver": "local", "container": "ms-bmc-test-none",
-                                          "socket": podman_socket}}, {})
-    result = driver.power_on(["n9"])["n9"]
+def test_local_unknown_container_is_an_error(podman_api: str) -> None:
+    driver = make_driver("local", local_params(podman_api, "machine-none"), {})
+    result = driver.power_on(["n1"])["n1"]
     assert not result.ok and "HTTP 404" in (result.error or "")
+
+
+def test_local_container_that_exits_at_once_is_an_error(podman_api: str) -> None:
+    PodmanApi.dies = {NAMES[0]}
+    result = make_driver("local", local_params(podman_api, NAMES[0]), {}).power_on(["n1"])["n1"]
+    assert not result.ok and "exited right after start" in (result.error or "")
+
+
+def test_local_without_podmans_api_is_an_error(tmp_path: Path) -> None:
+    driver = make_driver("local", local_params(str(tmp_path / "absent.sock"), NAMES[0]), {})
+    result = driver.status(["n1"])["n1"]
+    assert not result.ok and "podman API at" in (result.error or "")
 
 
 # --- redfish: sushy-tools emulator ---------------------------------------------------------
@@ -143,30 +188,32 @@ def system_path(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def redfish_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redfish_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, FileMachines]]:
     import bcrypt
 
     tmp = tmp_path_factory.mktemp("redfish")
+    machines = FileMachines(tmp / "machines.json", NAMES[:2])
     htpasswd = tmp / "htpasswd"
     digest = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     htpasswd.write_text(f"{USER}:{digest}\n")
     port = free_port()
-    log = open(tmp / "emulator.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "power_helpers.redfish_podman_bmc",
-                             "--port", str(port), "--htpasswd", str(htpasswd), *machines[:2]],
-                            cwd=HELPERS.parent, stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-
+    proc = start_bmc("redfish_bmc", ["--port", str(port), "--htpasswd", str(htpasswd),
+                                     "--state", str(machines.path), *NAMES[:2]],
+                     tmp / "emulator.log")
     try:
-        wait_for(up, what="sushy-emulator")
-        yield endpoint
+        wait_until(tcp_port_answers(port), what="sushy-emulator")
+        yield f"http://127.0.0.1:{port}", machines
     finally:
         stop_process(proc)
-        log.close()
+
+
+@pytest.fixture()
+def redfish(redfish_bmc: tuple[str, FileMachines]) -> tuple[str, FileMachines]:
+    """The emulator, with both its machines off."""
+    endpoint, machines = redfish_bmc
+    for name in NAMES[:2]:
+        machines.stop(name)
+    return endpoint, machines
 
 
 def redfish_params(endpoint: str, name: str | None) -> dict[str, Any]:
@@ -176,44 +223,44 @@ def redfish_params(endpoint: str, name: str | None) -> dict[str, Any]:
     return params
 
 
-@needs_podman
-def test_redfish_power_cycle_starts_and_stops_the_machine(redfish_bmc: str,
-                                                         all_off: list[str]) -> None:
-    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0]),
-                                     "n2": redfish_params(redfish_bmc, all_off[1])},
+def test_redfish_power_cycle_starts_and_stops_the_machine(
+        redfish: tuple[str, FileMachines]) -> None:
+    endpoint, machines = redfish
+    driver = make_driver("redfish", {"n1": redfish_params(endpoint, NAMES[0]),
+                                     "n2": redfish_params(endpoint, NAMES[1])},
                          {"default": {"username": USER, "password": PASSWORD}})
     assert {n: r.power for n, r in driver.status(["n1", "n2"]).items()} == {"n1": OFF, "n2": OFF}
     on = driver.power_on(["n1", "n2"])
     assert all(r.ok for r in on.values()), on
-    assert podman_nodes.running(all_off[0]) and podman_nodes.running(all_off[1])
+    assert machines.running(NAMES[0]) and machines.running(NAMES[1])
     assert driver.status(["n1"])["n1"].power == ON
     off = driver.power_off(["n1", "n2"], force=True)
     assert all(r.ok for r in off.values()), off
-    assert not podman_nodes.running(all_off[0]) and not podman_nodes.running(all_off[1])
+    assert not machines.running(NAMES[0]) and not machines.running(NAMES[1])
 
 
-@needs_podman
-def test_redfish_graceful_shutdown(redfish_bmc: str, all_off: list[str]) -> None:
-    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0])},
+def test_redfish_graceful_shutdown(redfish: tuple[str, FileMachines]) -> None:
+    endpoint, machines = redfish
+    driver = make_driver("redfish", {"n1": redfish_params(endpoint, NAMES[0])},
                          {"n1": {"username": USER, "password": PASSWORD}})
-    podman_nodes.start(all_off[0])
+    machines.start(NAMES[0])
     assert driver.power_off(["n1"])["n1"].ok
-    assert not podman_nodes.running(all_off[0])
+    assert not machines.running(NAMES[0])
 
 
-@needs_podman
-def test_redfish_wrong_password_is_an_error(redfish_bmc: str, all_off: list[str]) -> None:
-    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0])},
+def test_redfish_wrong_password_is_an_error(redfish: tuple[str, FileMachines]) -> None:
+    endpoint, machines = redfish
+    driver = make_driver("redfish", {"n1": redfish_params(endpoint, NAMES[0])},
                          {"default": {"username": USER, "password": "wrong"}})
     result = driver.power_on(["n1"])["n1"]
     assert not result.ok and "401" in (result.error or ""), result
-    assert not podman_nodes.running(all_off[0])
+    assert not machines.running(NAMES[0])
 
 
-@needs_podman
-def test_redfish_needs_system_id_when_the_bmc_has_several(redfish_bmc: str,
-                                                          machines: list[str]) -> None:
-    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, None)},
+def test_redfish_needs_system_id_when_the_bmc_has_several(
+        redfish: tuple[str, FileMachines]) -> None:
+    endpoint, _machines = redfish
+    driver = make_driver("redfish", {"n1": redfish_params(endpoint, None)},
                          {"default": {"username": USER, "password": PASSWORD}})
     result = driver.status(["n1"])["n1"]
     assert not result.ok and "set system_id" in (result.error or "")
@@ -222,20 +269,18 @@ def test_redfish_needs_system_id_when_the_bmc_has_several(redfish_bmc: str,
 # --- ipmi: pyghmi BMC ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def ipmi_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def ipmi_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, FileMachines]]:
     tmp = tmp_path_factory.mktemp("ipmi")
+    machines = FileMachines(tmp / "machines.json", NAMES[2:])
     port = free_port(socket.SOCK_DGRAM)
-    log = open(tmp / "bmc.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "power_helpers.ipmi_podman_bmc", "--port",
-                             str(port), "--user", USER, "--password", PASSWORD, machines[2]],
-                            cwd=HELPERS.parent, stdout=log, stderr=subprocess.STDOUT)
+    proc = start_bmc("ipmi_bmc", ["--port", str(port), "--user", USER, "--password", PASSWORD,
+                                  "--state", str(machines.path), NAMES[2]], tmp / "bmc.log")
     try:
         time.sleep(0.5)  # UDP: nothing to connect to; the first request retries anyway
         assert proc.poll() is None, (tmp / "bmc.log").read_text()
-        yield port
+        yield port, machines
     finally:
         stop_process(proc)
-        log.close()
 
 
 def ipmi_driver(port: int, password: str = PASSWORD):
@@ -243,24 +288,26 @@ def ipmi_driver(port: int, password: str = PASSWORD):
                        {"n3": {"username": USER, "password": password}})
 
 
-@needs_podman
-def test_ipmi_power_cycle_starts_and_stops_the_machine(ipmi_bmc: int,
-                                                      all_off: list[str]) -> None:
-    driver = ipmi_driver(ipmi_bmc)
+def test_ipmi_power_cycle_starts_and_stops_the_machine(
+        ipmi_bmc: tuple[int, FileMachines]) -> None:
+    port, machines = ipmi_bmc
+    machines.stop(NAMES[2])
+    driver = ipmi_driver(port)
     assert driver.status(["n3"])["n3"].power == OFF
     result = driver.power_on(["n3"])["n3"]
     assert result.ok, result
-    assert podman_nodes.running(all_off[2])
+    assert machines.running(NAMES[2])
     assert driver.status(["n3"])["n3"].power == ON
     assert driver.power_off(["n3"])["n3"].ok
-    assert not podman_nodes.running(all_off[2])
+    assert not machines.running(NAMES[2])
 
 
-@needs_podman
-def test_ipmi_wrong_password_is_an_error(ipmi_bmc: int, all_off: list[str]) -> None:
-    result = ipmi_driver(ipmi_bmc, password="wrong").power_on(["n3"])["n3"]
+def test_ipmi_wrong_password_is_an_error(ipmi_bmc: tuple[int, FileMachines]) -> None:
+    port, machines = ipmi_bmc
+    machines.stop(NAMES[2])
+    result = ipmi_driver(port, password="wrong").power_on(["n3"])["n3"]
     assert not result.ok, result
-    assert not podman_nodes.running(all_off[2])
+    assert not machines.running(NAMES[2])
 
 
 # --- oci: SDK against a local stand-in for the Compute API ---------------------------------
@@ -363,7 +410,8 @@ def compute_api(tmp_path: Path) -> Iterator[tuple[str, str]]:
         "id": "ocid1.instance.oc1..node1", "displayName": "gpu-001",
         "lifecycleState": "STOPPED", "compartmentId": "ocid1.compartment.oc1..c"}}
     server = ThreadingHTTPServer(("127.0.0.1", 0), ComputeApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", str(config)

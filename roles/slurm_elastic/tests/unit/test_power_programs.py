@@ -3,8 +3,9 @@
 The fake (power_helpers/fake_scontrol.py) prints the line shape recorded from Slurm 24.11.5 and
 applies the state transitions recorded there (tests/fixtures/slurm/). Driver calls go to a
 recording stub driver, or to the real local driver pointed at a missing podman socket when a
-power-on must fail; the drivers themselves are tested against real servers in
-test_power_drivers.py.
+power-on must fail; the drivers themselves are tested against real protocol servers in
+test_power_drivers.py (stand-in machines) and tests/e2e/test_power_drivers.py (podman
+containers).
 """
 
 from __future__ import annotations
@@ -177,6 +178,17 @@ def test_config_problems_are_all_listed() -> None:
     for expected in ("batch_size", "nodes.a.endpoint", "nodes.b.driver",
                      "nodes.c.compartment_id", "nodes.c.subnet_id"):
         assert expected in text
+
+
+def test_a_config_without_the_providers_times_is_refused() -> None:
+    """stuck_after and orphan_after depend on the provider's machines: the program has no
+    default for them (their owner is module_utils/elastic.py; the role writes them)."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"nodes": {}})
+    assert "stuck_after: required" in str(err.value)
+    assert "orphan_after: required" in str(err.value)
+    config = parse_config({"stuck_after": 1200, "orphan_after": 900})
+    assert (config.stuck_after, config.orphan_after) == (1200.0, 900.0)
 
 
 def test_credentials_never_logged(tmp_path: Path, fake: FakeSlurm) -> None:

@@ -8,8 +8,8 @@ Shape (YAML, or JSON, which is YAML too)::
     dry_run: false
     slurm_bin: /usr/bin
     settle_timeout: 180      # seconds to wait for slurmctld to finish a forced power down
-    stuck_after: 600         # seconds a node may stay POWERING_UP with its machine off
-    orphan_after: 600        # seconds a machine may be on while its node is powered down
+    stuck_after: 1200        # required: seconds a node may stay POWERING_UP with its machine off
+    orphan_after: 1200       # required: seconds a machine may be on while its node is powered down
     nodes:
       gpu-001: {driver: local, container: ms-gpu-001, network: ms-net}
       gpu-002: {driver: redfish, endpoint: https://10.0.0.2, system_id: /redfish/v1/Systems/1}
@@ -18,6 +18,12 @@ Shape (YAML, or JSON, which is YAML too)::
     credentials:
       default: {username: admin, password: secret}
       gpu-003: {username: root, password: other}
+
+``stuck_after`` (Slurm's ResumeTimeout) and ``orphan_after`` have no default here: they
+depend on the provider's machines, and their one owner is the table of power-saving
+timings by provider (the metalslurm.cluster collection's module_utils/elastic.py), from
+which the slurm_elastic role writes them. A config file without them is refused, rather
+than run with a figure that fits no provider.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ REQUIRED_PARAMS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Times that depend on the provider's machines: never defaulted here (see above).
+REQUIRED_TIMES = ("stuck_after", "orphan_after")
+
+
 class ConfigError(Exception):
     """The power config is missing or wrong; the message lists every problem."""
 
@@ -46,12 +56,12 @@ class ConfigError(Exception):
 class PowerConfig:
     log_file: Path
     state_file: Path
+    stuck_after: float   # seconds (ResumeTimeout); required in the config file
+    orphan_after: float  # seconds; required in the config file
     batch_size: int = 50
     dry_run: bool = False
     slurm_bin: str = "/usr/bin"
     settle_timeout: float = 180.0
-    stuck_after: float = 600.0
-    orphan_after: float = 600.0
     poll_interval: float = 2.0
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
@@ -93,8 +103,12 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
     if not isinstance(dry_run, bool):
         problems.append(f"dry_run: must be true or false, got {dry_run!r}")
     numbers: dict[str, float] = {}
-    for key, default in (("settle_timeout", 180.0), ("stuck_after", 600.0),
-                         ("orphan_after", 600.0), ("poll_interval", 2.0)):
+    for key in REQUIRED_TIMES:
+        if key not in raw:
+            problems.append(f"{key}: required (seconds; the slurm_elastic role writes it from "
+                            "metalslurm_elastic)")
+    for key, default in (("settle_timeout", 180.0), ("stuck_after", 0.0),
+                         ("orphan_after", 0.0), ("poll_interval", 2.0)):
         value = raw.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")

@@ -79,6 +79,7 @@ def write_config(path: Path, fake: FakeSlurm, nodes: dict[str, dict[str, Any]],
         "settle_timeout": 10,
         "poll_interval": 0.05,
         "stuck_after": 600,
+        "orphan_after": 600,
         "nodes": nodes,
         "credentials": {"default": {"username": "admin", "password": "s3cr3t-never-logged"}},
     }

@@ -22,4 +22,5 @@ class FilterModule:
             "netrc_block": containers_errors(containers.netrc_block),
             "plugstack_line": containers_errors(containers.plugstack_line),
             "enroot_settings": containers_errors(containers.enroot_settings),
+            "container_settings": containers.container_settings,
         }

@@ -1,5 +1,7 @@
 """The inventory contract's check, for the cluster_validate role (module_utils/inventory_contract.py
-holds the rules; the operator's inventory builder applies the same ones)."""
+holds the rules; the operator's inventory builder applies the same ones), and the shared
+paths of an inventory that does not list them, for the roles that export, mount, check or
+list them."""
 
 from __future__ import annotations
 
@@ -26,4 +28,5 @@ def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"inventory_problems": inventory_problems}
+        return {"inventory_problems": inventory_problems,
+                "shared_paths": inventory_contract.shared_paths}

@@ -25,10 +25,26 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # A registry host as Enroot's credentials file (netrc) names it: a DNS name or address,
 # with an optional port; never a path (nvcr.io, not nvcr.io/nvidia).
 REGISTRY_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:\d{1,5})?$")
+# Where Enroot keeps its data, layer cache and temporary files on each node (local disk),
+# and the size of the /run tmpfs Pyxis unpacks images in ('': leave /run as it is): the
+# defaults of metalslurm_containers for the stack parser (infra/containers_config.py) and,
+# through container_settings, for the enroot_pyxis and slurm_health roles.
+DEFAULT_STORAGE_DIR = "/var/lib/enroot"
+DEFAULT_RUN_SIZE = "50%"
 
 
 class ContainersError(ValueError):
     """Artifacts or credentials the role must not install."""
+
+
+def container_settings(containers: Mapping[str, Any] | None) -> dict[str, str]:
+    """Enroot's directories and /run's size for ``metalslurm_containers`` (or part of it):
+    its own, else the defaults; the layer cache under the storage directory unless given
+    (the enroot_pyxis role writes it there, the slurm_health role checks its free space)."""
+    given = dict(containers or {})
+    storage = given.get("storage_dir") or DEFAULT_STORAGE_DIR
+    return {"storage_dir": storage, "cache_dir": given.get("cache_dir") or f"{storage}/cache",
+            "run_size": given.get("run_size", DEFAULT_RUN_SIZE)}
 
 
 def credentials_problems(entries: Any) -> list[str]:

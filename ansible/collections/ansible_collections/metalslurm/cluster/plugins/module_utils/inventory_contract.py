@@ -18,6 +18,12 @@ NODE_STATES = ("static", "cloud")
 # provider bind-mounts one host directory per path into every node (kernels without
 # NFS); none: no shared file system.
 SHARED_STORAGE = ("nfs", "host-bind", "none")
+# The inventory's shared storage when it names none.
+DEFAULT_SHARED_STORAGE = "none"
+# The paths every node shares when there is shared storage and the inventory does not list
+# them: also the stack config's default (infra/config.py reads it from here), so a
+# hand-written inventory and a parsed stack share the same ones.
+DEFAULT_SHARED_PATHS = ("/home", "/shared")
 # RFC 1123 host label, lower case: what Slurm, DNS and podman all accept as a node name.
 NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # The GPU types the roles serve: NVIDIA data-centre GPUs (gres.conf's /dev/nvidiaN files,
@@ -74,6 +80,18 @@ def gpu_type_problem(gpu_type: Any) -> str | None:
             f"{', '.join(GPU_TYPES)}")
 
 
+def shared_paths(paths: list[str] | None, storage: str | None) -> list[str]:
+    """The paths every node shares (metalslurm_shared_paths): the inventory's list when it
+    has one, else :data:`DEFAULT_SHARED_PATHS` when it has shared storage, else none. The
+    NFS server exports them, every other node mounts them, the health checker checks them
+    and jobs read their list."""
+    if paths is not None:
+        return list(paths)
+    if (storage or DEFAULT_SHARED_STORAGE) == "none":
+        return []
+    return list(DEFAULT_SHARED_PATHS)
+
+
 def _get(hostvars: Mapping[str, Any], host: str, key: str, default: Any = None) -> Any:
     try:
         return hostvars[host].get(key, default)
@@ -105,7 +123,7 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
         problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
                         "use zero or one")
     first = (controllers or compute or [""])[0]
-    storage = _get(hostvars, first, "metalslurm_shared_storage", "none")
+    storage = _get(hostvars, first, "metalslurm_shared_storage", DEFAULT_SHARED_STORAGE)
     if storage not in SHARED_STORAGE:
         problems.append(f"metalslurm_shared_storage {storage!r} is not one of "
                         f"{', '.join(SHARED_STORAGE)}")

@@ -1,6 +1,8 @@
-"""The cluster_validate role's filter (plugins/filter/inventory.py): Ansible's groups and
-hostvars held to the inventory contract."""
+"""The inventory filters (plugins/filter/inventory.py): Ansible's groups and hostvars held to
+the inventory contract (cluster_validate); the shared paths of an inventory (the NFS roles,
+common, slurm_health)."""
 
+import pytest
 from ansible_collections.metalslurm.cluster.plugins.filter import inventory as filters
 
 
@@ -10,3 +12,16 @@ def test_inventory_problems_from_groups_and_hostvars():
                 for i, h in enumerate(["c1", "c2", "n1"], start=10)}
     problems = filters.inventory_problems(groups, hostvars)
     assert problems == ["group slurm_controller has 2 hosts (c1, c2): put exactly one host in it"]
+
+
+@pytest.mark.parametrize(("paths", "storage", "expected"), [
+    (["/data"], "nfs", ["/data"]),                 # the inventory's own list
+    ([], "nfs", []),                               # an empty list is a list
+    (None, "nfs", ["/home", "/shared"]),           # shared storage, no list: the default
+    (None, "host-bind", ["/home", "/shared"]),
+    (None, "none", []),                            # no shared storage: nothing shared
+    (None, None, []),                              # no word on storage: the contract's none
+])
+def test_the_shared_paths_of_an_inventory(paths, storage, expected):
+    shared_paths = filters.FilterModule().filters()["shared_paths"]
+    assert shared_paths(paths, storage) == expected

@@ -1,9 +1,12 @@
 """A real IPMI 2.0 (RMCP+) BMC for the ipmi driver's tests: pyghmi's BMC server, whose chassis
-power commands start and stop one podman container.
+power commands act on one stand-in machine.
 
-    python -m power_helpers.ipmi_podman_bmc --port P --user U --password W ms-bmc-test-N
+    python -m power_helpers.ipmi_bmc --port P --user U --password W --state FILE name
 
-(from tests/unit, as test_power_drivers.py runs it). Listens on 127.0.0.1 (UDP) only.
+(from roles/slurm_elastic/tests/unit, as test_power_drivers.py runs it): the machine is a
+flag in the ``--state`` JSON file (power_helpers/machines.py). The e2e tests serve the same
+BMC with a podman container as the machine (tests/e2e/power_bmcs.py calls :func:`serve`).
+Listens on 127.0.0.1 (UDP) only.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import pyghmi.ipmi.bmc as bmc
 from pyghmi.ipmi.private import serversession
 
-from . import podman_nodes
+from .machines import FileMachines, Machines
 
 _open_session_response = serversession.ServerSession.create_open_session_response
 
@@ -31,21 +34,23 @@ def _cipher_suite_3_only(self, request):  # type: ignore[no-untyped-def]
 serversession.ServerSession.create_open_session_response = _cipher_suite_3_only
 
 
-class PodmanBmc(bmc.Bmc):
-    def __init__(self, authdata: dict[str, str], port: int, container: str) -> None:
+class MachineBmc(bmc.Bmc):
+    def __init__(self, authdata: dict[str, str], port: int, machines: Machines,
+                 name: str) -> None:
         super().__init__(authdata, port, address="127.0.0.1")
-        self.container = container
+        self.machines = machines
+        self.machine = name
 
     def get_power_state(self) -> str:
-        return "on" if podman_nodes.running(self.container) else "off"
+        return "on" if self.machines.running(self.machine) else "off"
 
     def power_on(self) -> None:
-        if not podman_nodes.running(self.container):
-            podman_nodes.start(self.container)
+        if not self.machines.running(self.machine):
+            self.machines.start(self.machine)
 
     def power_off(self) -> None:
-        if podman_nodes.running(self.container):
-            podman_nodes.stop(self.container)
+        if self.machines.running(self.machine):
+            self.machines.stop(self.machine)
 
     power_shutdown = power_off
 
@@ -56,14 +61,24 @@ class PodmanBmc(bmc.Bmc):
     power_cycle = power_reset
 
 
-def main() -> None:
+def serve(port: int, user: str, password: str, machines: Machines, name: str) -> None:
+    MachineBmc({user: password}, port, machines, name).listen(timeout=30)
+
+
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--user", required=True)
     p.add_argument("--password", required=True)
-    p.add_argument("container")
+    p.add_argument("name")
+    return p
+
+
+def main() -> None:
+    p = arguments()
+    p.add_argument("--state", required=True, help="the machine's power flag (JSON)")
     args = p.parse_args()
-    PodmanBmc({args.user: args.password}, args.port, args.container).listen(timeout=30)
+    serve(args.port, args.user, args.password, FileMachines(args.state), args.name)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Tiny podman containers that stand in for machines in the power driver tests.
+"""Tiny podman containers that stand in for machines in the power driver e2e tests
+(tests/e2e/test_power_drivers.py), behind the same stand-in BMCs the unit tests use with
+machines in a JSON file (roles/slurm_elastic/tests/unit/power_helpers).
 
 Each "machine" is a container (``ms-bmc-test-<n>``) running ``sleep infinity`` from a tiny image
 made here from the host's own /bin/sleep and the libraries it links (no registry, no download),
 created stopped; powering on is ``podman start``, off is ``podman stop`` (stop signal KILL, so it
-is instant). Only containers named ms-bmc-test-* are ever touched.
+is instant). Only containers named ms-bmc-test-* are ever touched: leftovers of an earlier run
+are removed by that name before the tests, and the tests' own by their names after.
 """
 
 from __future__ import annotations
@@ -22,13 +25,6 @@ PREFIX = "ms-bmc-test-"
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=check,
                           timeout=timeout)
-
-
-def available() -> str | None:
-    """None when podman can run the tests, else the reason to skip."""
-    if shutil.which("podman") is None:
-        return "podman is not installed: the power driver tests need it"
-    return None
 
 
 def ensure_image() -> str:
@@ -82,3 +78,16 @@ def start(name: str) -> None:
 def stop(name: str) -> None:
     assert name.startswith(PREFIX)
     podman("stop", "-t", "0", name)
+
+
+class PodmanMachines:
+    """The containers as the stand-in BMCs see machines (power_helpers/machines.py)."""
+
+    def running(self, name: str) -> bool:
+        return running(name)
+
+    def start(self, name: str) -> None:
+        start(name)
+
+    def stop(self, name: str) -> None:
+        stop(name)

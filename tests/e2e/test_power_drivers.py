@@ -1,0 +1,212 @@
+"""The power drivers against real protocol servers on loopback whose power actions start and
+stop real (tiny) podman containers:
+
+- local: podman's own REST API (``podman system service`` on a socket in tmp);
+- redfish: the sushy-tools emulator (unmodified Flask app) with a podman-backed systems driver;
+- ipmi: a pyghmi BMC (``pyghmi.ipmi.bmc.Bmc`` subclass) backed by podman.
+
+The same drivers against the same BMC stand-ins with machines that are flags in a file, and
+against a stand-in of podman's API, are the unit tests
+(roles/slurm_elastic/tests/unit/test_power_drivers.py): these prove that the machines
+really start and stop. They use their own containers, not the e2e clusters: named
+ms-bmc-test-*, created here after any leftover of an earlier run with that name is removed,
+and removed by name at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import bcrypt
+import pytest
+from metalslurm_power.drivers import make_driver
+from metalslurm_power.drivers.base import OFF, ON
+from power_helpers.servers import free_port, stop_process, tcp_port_answers, wait_until
+
+from tests.e2e import podman_machines
+from tests.e2e.conftest import REPO
+
+NAMES = ["ms-bmc-test-1", "ms-bmc-test-2", "ms-bmc-test-3"]
+USER, PASSWORD = "admin", "bmc-pass-1"
+# The stand-in BMCs run as `python -m tests.e2e.power_bmcs` from the repository root; their
+# machines code (power_helpers) lives with the role's unit tests.
+BMC_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [str(REPO / "roles/slurm_elastic/tests/unit"), str(REPO)])}
+
+
+@pytest.fixture(scope="module")
+def machines() -> Iterator[list[str]]:
+    podman_machines.remove_leftovers()
+    podman_machines.ensure_image()
+    try:
+        for name in NAMES:
+            podman_machines.create(name)
+        yield NAMES
+    finally:
+        for name in NAMES:
+            podman_machines.remove(name)
+
+
+@pytest.fixture()
+def all_off(machines: list[str]) -> list[str]:
+    for name in machines:
+        if podman_machines.running(name):
+            podman_machines.stop(name)
+    return machines
+
+
+def start_bmc(kind: str, args: list[str], log_path) -> tuple[subprocess.Popen, Any]:
+    log = open(log_path, "w")  # noqa: SIM115 (closed by stop_process)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.power_bmcs", kind, *args],
+                            cwd=REPO, env=BMC_ENV, stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+# --- local: podman REST API ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def podman_socket(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    sock = tmp_path_factory.mktemp("podman") / "podman.sock"
+    proc = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(sock.exists, what="podman system service")
+        yield str(sock)
+    finally:
+        stop_process(proc)
+
+
+def test_local_power_on_reports_address(podman_socket: str, all_off: list[str]) -> None:
+    params = {f"n{i}": {"driver": "local", "container": name, "socket": podman_socket}
+              for i, name in enumerate(all_off[:2], start=1)}
+    driver = make_driver("local", params, {})
+    results = driver.power_on(["n1", "n2"])
+    assert {n: (r.ok, r.power) for n, r in results.items()} == {"n1": (True, ON),
+                                                               "n2": (True, ON)}
+    assert all(r.address and r.address.count(".") == 3 for r in results.values()), results
+    assert podman_machines.running(all_off[0]) and podman_machines.running(all_off[1])
+
+
+def test_local_power_off_and_status(podman_socket: str, all_off: list[str]) -> None:
+    params = {"n1": {"driver": "local", "container": all_off[0], "socket": podman_socket,
+                     "stop_timeout": 1}}
+    driver = make_driver("local", params, {})
+    podman_machines.start(all_off[0])
+    assert driver.status(["n1"])["n1"].power == ON
+    assert driver.power_off(["n1"])["n1"].ok
+    assert not podman_machines.running(all_off[0])
+    assert driver.status(["n1"])["n1"].power == OFF
+    assert driver.power_off(["n1"])["n1"].ok  # already off: still ok (HTTP 304)
+
+
+def test_local_unknown_container_is_an_error(podman_socket: str, machines: list[str]) -> None:
+    driver = make_driver("local", {"n9": {"driver": "local", "container": "ms-bmc-test-none",
+                                          "socket": podman_socket}}, {})
+    result = driver.power_on(["n9"])["n9"]
+    assert not result.ok and "HTTP 404" in (result.error or "")
+
+
+# --- redfish: sushy-tools emulator ---------------------------------------------------------
+
+def system_path(name: str) -> str:
+    return f"/redfish/v1/Systems/{uuid.uuid5(uuid.NAMESPACE_DNS, name)}"
+
+
+@pytest.fixture(scope="module")
+def redfish_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("redfish")
+    htpasswd = tmp / "htpasswd"
+    digest = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    htpasswd.write_text(f"{USER}:{digest}\n")
+    port = free_port()
+    proc, log = start_bmc("redfish", ["--port", str(port), "--htpasswd", str(htpasswd),
+                                      *machines[:2]], tmp / "emulator.log")
+    try:
+        wait_until(tcp_port_answers(port), what="sushy-emulator")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc, log)
+
+
+def redfish_params(endpoint: str, name: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"driver": "redfish", "endpoint": endpoint, "verify_tls": False}
+    if name:
+        params["system_id"] = system_path(name)
+    return params
+
+
+def test_redfish_power_cycle_starts_and_stops_the_machine(redfish_bmc: str,
+                                                         all_off: list[str]) -> None:
+    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0]),
+                                     "n2": redfish_params(redfish_bmc, all_off[1])},
+                         {"default": {"username": USER, "password": PASSWORD}})
+    assert {n: r.power for n, r in driver.status(["n1", "n2"]).items()} == {"n1": OFF, "n2": OFF}
+    on = driver.power_on(["n1", "n2"])
+    assert all(r.ok for r in on.values()), on
+    assert podman_machines.running(all_off[0]) and podman_machines.running(all_off[1])
+    assert driver.status(["n1"])["n1"].power == ON
+    off = driver.power_off(["n1", "n2"], force=True)
+    assert all(r.ok for r in off.values()), off
+    assert not podman_machines.running(all_off[0]) and not podman_machines.running(all_off[1])
+
+
+def test_redfish_graceful_shutdown(redfish_bmc: str, all_off: list[str]) -> None:
+    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0])},
+                         {"n1": {"username": USER, "password": PASSWORD}})
+    podman_machines.start(all_off[0])
+    assert driver.power_off(["n1"])["n1"].ok
+    assert not podman_machines.running(all_off[0])
+
+
+def test_redfish_wrong_password_is_an_error(redfish_bmc: str, all_off: list[str]) -> None:
+    driver = make_driver("redfish", {"n1": redfish_params(redfish_bmc, all_off[0])},
+                         {"default": {"username": USER, "password": "wrong"}})
+    result = driver.power_on(["n1"])["n1"]
+    assert not result.ok and "401" in (result.error or ""), result
+    assert not podman_machines.running(all_off[0])
+
+
+# --- ipmi: pyghmi BMC ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ipmi_bmc(machines: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    tmp = tmp_path_factory.mktemp("ipmi")
+    port = free_port(socket.SOCK_DGRAM)
+    proc, log = start_bmc("ipmi", ["--port", str(port), "--user", USER, "--password", PASSWORD,
+                                   machines[2]], tmp / "bmc.log")
+    try:
+        time.sleep(0.5)  # UDP: nothing to connect to; the first request retries anyway
+        assert proc.poll() is None, (tmp / "bmc.log").read_text()
+        yield port
+    finally:
+        stop_process(proc, log)
+
+
+def ipmi_driver(port: int, password: str = PASSWORD):
+    return make_driver("ipmi", {"n3": {"driver": "ipmi", "address": "127.0.0.1", "port": port}},
+                       {"n3": {"username": USER, "password": password}})
+
+
+def test_ipmi_power_cycle_starts_and_stops_the_machine(ipmi_bmc: int,
+                                                      all_off: list[str]) -> None:
+    driver = ipmi_driver(ipmi_bmc)
+    assert driver.status(["n3"])["n3"].power == OFF
+    result = driver.power_on(["n3"])["n3"]
+    assert result.ok, result
+    assert podman_machines.running(all_off[2])
+    assert driver.status(["n3"])["n3"].power == ON
+    assert driver.power_off(["n3"])["n3"].ok
+    assert not podman_machines.running(all_off[2])
+
+
+def test_ipmi_wrong_password_is_an_error(ipmi_bmc: int, all_off: list[str]) -> None:
+    result = ipmi_driver(ipmi_bmc, password="wrong").power_on(["n3"])["n3"]
+    assert not result.ok, result
+    assert not podman_machines.running(all_off[2])
