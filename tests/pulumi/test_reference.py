@@ -1,7 +1,8 @@
 """One source for every stack key and default: infra/config.py's STACK_KEYS.
 
 ``Pulumi.yaml`` declares the keys Pulumi can type with the parser's defaults, Pulumi's
-project schema accepts the file, and the README's reference table names every key.
+project schema accepts the file, the reference table in docs/config.md names every key (with
+the parser's default for each key Pulumi types), and the README's map of keys names each one.
 """
 
 import re
@@ -26,22 +27,37 @@ def _declared() -> dict:
     return yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
 
 
-def _readme_rows() -> dict[str, str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Stack config reference", 1)[1].split("\n## ", 1)[0]
+def _reference_rows() -> dict[str, str]:
+    """docs/config.md's table of keys: ``{"metalslurm:<key>": "<default column>"}``."""
+    doc = (REPO / "docs" / "config.md").read_text()
+    section = doc.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(metalslurm:[A-Za-z]+)` \| (.*?) \|", section, re.M)
     assert len(rows) == len({k for k, _ in rows}), "a key is documented twice"
     return dict(rows)
 
 
-def test_readme_table_names_every_stack_key():
-    assert sorted(_readme_rows()) == sorted(f"{NAMESPACE}:{k}" for k in TOP_KEYS)
+def _readme_keys() -> list[str]:
+    """The keys the README's stack config map names (its table's second column)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Stack config reference\n", 1)[1].split("\n## ", 1)[0]
+    cells = re.findall(r"^\| [^|]+ \| (.*?) \|", section, re.M)
+    return [key for cell in cells for key in re.findall(r"`([A-Za-z]+)`", cell)]
+
+
+def test_the_reference_table_names_every_stack_key():
+    assert sorted(_reference_rows()) == sorted(f"{NAMESPACE}:{k}" for k in TOP_KEYS)
+
+
+def test_the_readme_names_every_stack_key_once():
+    keys = _readme_keys()
+    assert sorted(keys) == sorted(TOP_KEYS), "the README's stack config map and STACK_KEYS differ"
+    assert len(keys) == len(set(keys)), "the README's stack config map names a key twice"
 
 
 @pytest.mark.parametrize("stack_key", [k for k in STACK_KEYS if k.pulumi_type],
                          ids=lambda k: k.name)
-def test_readme_shows_the_parsers_default_of_each_scalar_key(stack_key):
-    shown = _readme_rows()[f"{NAMESPACE}:{stack_key.name}"]
+def test_the_reference_shows_the_parsers_default_of_each_scalar_key(stack_key):
+    shown = _reference_rows()[f"{NAMESPACE}:{stack_key.name}"]
     assert shown == f"`{str(stack_key.default).lower()}`" if isinstance(stack_key.default, bool) \
         else shown == f"`{stack_key.default}`"
 

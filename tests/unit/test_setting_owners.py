@@ -116,13 +116,14 @@ def test_the_playbooks_health_switch_defaults_as_the_owner_says():
     assert HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower() in group_vars
 
 
-def test_the_readmes_table_of_timings_is_the_owners():
-    """The README's table of power-saving defaults by provider says what the table holds."""
-    text = (REPO / "README.md").read_text()
+def test_the_docs_table_of_timings_is_the_owners():
+    """docs/elastic.md's table of power-saving defaults by provider says what the table
+    holds."""
+    text = (REPO / "docs/elastic.md").read_text()
     for stack_key, key in (("bootTime", "boot_time"), ("resumeTimeout", "resume_timeout"),
                            ("suspendTime", "suspend_time"), ("suspendTimeout", "suspend_timeout")):
         row = re.search(rf"^\| `{stack_key}` \| (\d+) s \| (\d+) s \| (\d+) s \|", text, re.M)
-        assert row is not None, f"README.md has no row for {stack_key}"
+        assert row is not None, f"docs/elastic.md has no row for {stack_key}"
         assert [int(v) for v in row.groups()] == [
             elastic.PROVIDER_DEFAULTS[p][key] for p in ("local", "byo", "oci")], stack_key
 

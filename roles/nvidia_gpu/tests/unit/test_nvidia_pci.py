@@ -1,5 +1,5 @@
-"""The nvidia_pci module: GPUs and NVSwitches from lspci, on recorded DGX H100 and PCIe H100
-outputs (tests/fixtures/pci, each with a note of where it comes from)."""
+"""The nvidia_pci module: GPUs and NVSwitches from lspci, on DGX H100 and PCIe H100 outputs
+built in lspci's format from pci.ids, not recorded (tests/fixtures/pci, whose README says so)."""
 
 from __future__ import annotations
 
