@@ -155,6 +155,7 @@ def test_every_relative_link_reaches_a_file(source):
         if re.match(r"^[a-z]+:", target):  # https:, mailto:
             continue
         file, anchor = resolved(path, target)
-        if not file.exists() or anchor and file.suffix == ".md" and anchor not in heading_anchors(file):
+        missing_anchor = anchor and file.suffix == ".md" and anchor not in heading_anchors(file)
+        if not file.exists() or missing_anchor:
             broken.append(target)
     assert broken == [], f"{source}: links to nothing: {broken}"
