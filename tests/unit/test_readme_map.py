@@ -155,7 +155,7 @@ def test_every_relative_link_reaches_a_file(source):
         if re.match(r"^[a-z]+:", target):  # https:, mailto:
             continue
         file, anchor = resolved(path, target)
-        missing_anchor = anchor and file.suffix == ".md" and anchor not in heading_anchors(file)
-        if not file.exists() or missing_anchor:
+        if not file.exists() or (anchor and file.suffix == ".md"
+                                 and anchor not in heading_anchors(file)):
             broken.append(target)
     assert broken == [], f"{source}: links to nothing: {broken}"
