@@ -13,6 +13,8 @@ other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -504,6 +506,14 @@ def main(argv: list[str] | None = None) -> int:
         raise  # RuntimeErrors that are bugs: their traceback is the report
     except RuntimeError as exc:  # provider, podman and image errors carry a usable message
         error(str(exc))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        error("interrupted; every step is safe to run again")
+        return 130
+    except BrokenPipeError:  # 'metalslurm report usage | head': the reader has what it wanted
+        # Python flushes stdout again at exit; point it at /dev/null so that is silent too.
+        with contextlib.suppress(OSError, ValueError):  # stdout is not a file (a capture)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
 
 

@@ -111,3 +111,26 @@ def test_local_commands_refuse_a_bad_stack_before_touching_podman(tmp_path, caps
     for command in ("up", "down", "status"):
         assert main(["local", command, "--stack", str(bad)]) == 2
         assert "metalslurm:computePools[0].count: must be at least 0" in capsys.readouterr().err
+
+
+def test_an_interrupt_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("infra.cli.cmd_config_validate", interrupted)
+    assert main(["config", "validate", str(REPO / "Pulumi.local.yaml")]) == 130
+    assert capsys.readouterr().err == "error: interrupted; every step is safe to run again\n"
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(monkeypatch, capfd):
+    """'metalslurm report usage | head': stdout goes to /dev/null (so Python's last flush is
+    silent) and the command ends with 1, no traceback."""
+    def closed(_args):
+        raise BrokenPipeError
+
+    redirected = []
+    monkeypatch.setattr("infra.cli.cmd_config_validate", closed)
+    monkeypatch.setattr("infra.cli.os.dup2", lambda fd, to: redirected.append(to))
+    assert main(["config", "validate", str(REPO / "Pulumi.local.yaml")]) == 1
+    assert redirected == [sys.stdout.fileno()]
+    assert capfd.readouterr().err == ""

@@ -111,8 +111,8 @@ BAD = [
     # AMD GPUs: gres.conf, the driver role and the health checker are NVIDIA's.
     (ms(computePools=[{"name": "gpu", "count": 1, "gpuType": "mi300x", "gpuCount": 8}]),
      "metalslurm:computePools[0].gpuType",
-     "'mi300x' is not a GPU type metalslurm serves; it supports NVIDIA GPUs: a100, a10, b200, "
-     "gh200, h100, h200, l4, l40s"),
+     "'mi300x' is not a GPU type metalslurm serves; it supports NVIDIA GPUs: a100, a10, a30, "
+     "b200, gh200, h100, h200, l4, l40s"),
     (ms(computePools=[{"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 17}]),
      "metalslurm:computePools[0].gpuCount", "at most 16"),
     (ms(computePools=[{"name": "gpu", "count": "two"}]), "metalslurm:computePools[0].count",

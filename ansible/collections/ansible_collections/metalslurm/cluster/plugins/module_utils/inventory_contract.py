@@ -28,7 +28,7 @@ DEFAULT_SHARED_PATHS = ("/home", "/shared")
 NODE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # The GPU types the roles serve: NVIDIA data-centre GPUs (gres.conf's /dev/nvidiaN files,
 # the nvidia_gpu role's driver stack, the health checker's nvidia-smi checks).
-GPU_TYPES = ("a100", "a10", "b200", "gh200", "h100", "h200", "l4", "l40s")
+GPU_TYPES = ("a100", "a10", "a30", "b200", "gh200", "h100", "h200", "l4", "l40s")
 MAX_GPUS_PER_NODE = 16
 
 # The variables an inventory may carry, each with what it is: every provider's inventory

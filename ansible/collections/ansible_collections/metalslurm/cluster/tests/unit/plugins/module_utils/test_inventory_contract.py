@@ -25,7 +25,7 @@ def test_a_valid_inventory_has_no_problem():
 def test_a_gpu_type_the_roles_cannot_serve_is_named_with_the_ones_they_can():
     assert problems(gpu_001={"metalslurm_gpu_type": "mi300x"}) == [
         "host 'gpu-001': metalslurm_gpu_type 'mi300x' is not a GPU type metalslurm serves; it "
-        "supports NVIDIA GPUs: a100, a10, b200, gh200, h100, h200, l4, l40s"]
+        "supports NVIDIA GPUs: a100, a10, a30, b200, gh200, h100, h200, l4, l40s"]
     assert inventory_contract.gpu_type_problem("h100") is None
 
 
