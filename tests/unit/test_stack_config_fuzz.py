@@ -45,7 +45,7 @@ def _put(document: Any, path: Path_, value: Any) -> Any:
 def _allowed_keys(config: dict[str, Any], path: Path_, base: Path) -> list[str]:
     """The keys the parser accepts in the mapping at ``path``, from its unknown-key problem."""
     try:
-        parse_config(_put(config, (*path, PROBE), 1), base_dir=base)
+        parse_config(_put(config, (*path, PROBE), 1), base_dir=base, check_artifacts=False)
     except ConfigError as exc:
         for problem in exc.problems:
             m = re.search(rf"{PROBE}: unknown key; allowed keys: (.*)$", problem)
@@ -80,14 +80,15 @@ def _cases(config: dict[str, Any], node: Any, path: Path_, base: Path
 @pytest.mark.parametrize("stack", STACKS, ids=lambda p: p.name)
 def test_a_wrong_type_at_any_key_is_a_config_error(stack):
     config = yaml.safe_load(stack.read_text())["config"]
-    parse_config(config, base_dir=stack.parent)  # the stack itself is valid
+    parse_config(config, base_dir=stack.parent, check_artifacts=False)  # the stack is valid
     crashes = []
     tried = 0
     for document, path in _cases(config, config, (), stack.parent):
         for value in WRONG:
             tried += 1
             try:
-                parse_config(_put(document, path, value), base_dir=stack.parent)
+                parse_config(_put(document, path, value), base_dir=stack.parent,
+                             check_artifacts=False)
             except ConfigError:
                 pass
             except Exception as exc:  # noqa: BLE001 - every other exception is the finding
