@@ -51,8 +51,8 @@ def test_bad_config_stops_before_anything_is_created(tmp_path):
     proc = metalslurm("local", "up", "--stack", str(stack))
     assert proc.returncode == 2
     assert ("metalslurm:os: 'centos7' is not one of the allowed values: debian12, debian13, "
-            "ubuntu22.04, ubuntu24.04") in proc.stdout
-    assert "metalslurm:computePools[0].count: must be at least 0, got -2" in proc.stdout
+            "ubuntu22.04, ubuntu24.04") in proc.stderr
+    assert "metalslurm:computePools[0].count: must be at least 0, got -2" in proc.stderr
     assert cluster_containers("ms-e2e-bad") == []
     assert not network_exists("ms-e2e-bad-net")
 
@@ -72,7 +72,7 @@ def test_a_clone_without_the_artifact_mirror_is_refused_in_seconds(tmp_path):
     assert proc.returncode == 2
     assert (f"metalslurm:containers.mirror: {tmp_path.parent}/shared/vendor does not exist on "
             "this machine; it should hold enroot_4.1.2-1_amd64.deb, "
-            "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz") in proc.stdout
+            "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz") in proc.stderr
     assert elapsed < 5, f"{elapsed:.1f} s"
     assert "==> image" not in proc.stdout
     assert cluster_containers("ms-e2e-nomirror") == []
