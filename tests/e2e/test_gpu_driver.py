@@ -266,7 +266,7 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
 
     result = run()
     assert result.ok, result.failures
-    # One node at a time, in the inventory's order: gpu-002 went off once gpu-001 was back.
+    # One node at a time, in host-name order: gpu-002 went off once gpu-001 was back.
     assert [(node, what) for _t, node, what in power.events] == [
         ("gpu-001", "off"), ("gpu-001", "on"), ("gpu-002", "off"), ("gpu-002", "on")]
     # The job on gpu-001 ran to its end before its node was rebooted.
