@@ -44,8 +44,12 @@ class PodmanGuard:
         self.own = own  # made by this process (not an xdist worker's inherited one)
         self.bin = root / "bin"
         self.record = root / "calls.tsv"
-        self.path_with = ""
-        self.path_without = ""
+
+    def path(self, with_stand_in: bool) -> str:
+        """The PATH as it is now (a test or fixture may have added to it, as the e2e
+        helpers add the virtualenv's bin), with the stand-in's directory first or left out."""
+        kept = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p != str(self.bin)]
+        return os.pathsep.join([str(self.bin), *kept] if with_stand_in else kept)
 
     @classmethod
     def make(cls) -> PodmanGuard:
@@ -59,10 +63,6 @@ class PodmanGuard:
             script.write_text(STAND_IN.format(record=guard.record))
             script.chmod(0o755)
             os.environ[ENV] = str(guard.root)
-        path = os.environ.get("PATH", "")
-        guard.path_without = os.pathsep.join(p for p in path.split(os.pathsep)
-                                             if p != str(guard.bin))
-        guard.path_with = os.pathsep.join([str(guard.bin), guard.path_without])
         return guard
 
     def calls(self) -> list[str]:
@@ -86,13 +86,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_KEY] = guard
     # From here on, fixtures set up before the first test (session-scoped ones included)
     # see the stand-in; an allowed test gets the real PATH back before its own set-up.
-    os.environ["PATH"] = guard.path_with
+    os.environ["PATH"] = guard.path(with_stand_in=True)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item):  # type: ignore[no-untyped-def]
     guard = item.config.stash[_KEY]
-    os.environ["PATH"] = guard.path_without if _allowed(item) else guard.path_with
+    os.environ["PATH"] = guard.path(with_stand_in=not _allowed(item))
     yield
 
 
@@ -100,7 +100,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     guard = session.config.stash.get(_KEY, None)
     if guard is None:
         return
-    os.environ["PATH"] = guard.path_without
+    os.environ["PATH"] = guard.path(with_stand_in=False)
     if not guard.own:  # an xdist worker: the controller reads the record
         return
     calls = guard.calls()

@@ -37,8 +37,7 @@ NAMES = ["ms-bmc-test-1", "ms-bmc-test-2", "ms-bmc-test-3"]
 USER, PASSWORD = "admin", "bmc-pass-1"
 # The stand-in BMCs run as `python -m tests.e2e.power_bmcs` from the repository root; their
 # machines code (power_helpers) lives with the role's unit tests.
-BMC_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(REPO / "roles/slurm_elastic/tests/unit"), str(REPO)])}
+BMC_PYTHONPATH = os.pathsep.join([str(REPO / "roles/slurm_elastic/tests/unit"), str(REPO)])
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +63,10 @@ def all_off(machines: list[str]) -> list[str]:
 
 def start_bmc(kind: str, args: list[str], log_path) -> tuple[subprocess.Popen, Any]:
     log = open(log_path, "w")  # noqa: SIM115 (closed by stop_process)
+    # The environment as the test runs (the PATH it sees), not as it was at collection.
+    env = {**os.environ, "PYTHONPATH": BMC_PYTHONPATH}
     proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.power_bmcs", kind, *args],
-                            cwd=REPO, env=BMC_ENV, stdout=log, stderr=subprocess.STDOUT)
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, log
 
 
