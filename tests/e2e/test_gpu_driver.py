@@ -1,10 +1,11 @@
 """The NVIDIA role's install path on the Debian 13 cluster, against STAND-IN packages.
 
 No GPU and no NVIDIA repository are reachable here. What runs for real: the role itself
-(``--tags nvidia_gpu``) against a local, signed apt repository of stand-in packages with
-NVIDIA's names and versions (tests/e2e/nvidia_standins.py builds it; every package says
-it is a stand-in), and a stand-in ``lspci`` (a script printing the PCI fixtures of
-tests/fixtures/pci: a DGX H100 with NVSwitches on gpu-001, two H100 PCIe on gpu-002). This
+(``--tags nvidia_gpu``; whole runs once the stand-in driver "runs") against a local,
+signed apt repository of stand-in packages with NVIDIA's names and versions
+(tests/e2e/nvidia_standins.py builds it; every package says it is a stand-in), and a
+stand-in ``lspci`` (a script printing the PCI fixtures of tests/fixtures/pci: a DGX H100
+with NVSwitches on gpu-001, two H100 PCIe on gpu-002). This
 proves the key check, the repository, the branch pin, the holds, the NVSwitch gating, the
 services' enablement and order and a second run with 0 changed. No kernel module can load
 here, so the role says the nodes must be rebooted and starts no service; that is asserted
@@ -79,6 +80,10 @@ def standin(debian13):
         debian13.ctl(f"scontrol update NodeName={node} State=RESUME 2>/dev/null", check=False)
     debian13.ctl(f"rm -f {FACTS_CACHE}", check=False)
     shutil.rmtree(shared, ignore_errors=True)
+    # Without a driver or its kept facts, a whole run puts back what the stand-in driver's
+    # GPU facts changed (gres.conf) for the modules that follow.
+    restored = run_playbook(debian13.inventory, out=lambda _line: None)
+    assert restored.ok, restored.failures
 
 
 def settings(repo: nvidia_standins.StandinRepository, **over) -> dict:
@@ -256,13 +261,20 @@ def test_drain_policy_reboots_one_node_at_a_time_after_its_job_and_returns_only_
 
 
 def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) -> None:
+    role_vars = {
+        # The container's PID 1 start time tells its boots apart (the kernel's boot ID is
+        # the host's); the stand-in boot unit's file is the running driver's.
+        "nvidia_gpu_boot_id_command": "awk '{print $22}' /proc/1/stat",
+        "nvidia_gpu_module_version_file": STAND_IN_MODULE_VERSION,
+        "nvidia_gpu_drain_poll": 5, "nvidia_gpu_reboot_timeout": 300}
+
     def run() -> ConfigureResult:
-        return driver_run(cluster, repo, reboot_policy="drain", role_vars={
-            # The container's PID 1 start time tells its boots apart (the kernel's boot
-            # ID is the host's); the stand-in boot unit's file is the running driver's.
-            "nvidia_gpu_boot_id_command": "awk '{print $22}' /proc/1/stat",
-            "nvidia_gpu_module_version_file": STAND_IN_MODULE_VERSION,
-            "nvidia_gpu_drain_poll": 5, "nvidia_gpu_reboot_timeout": 300})
+        return driver_run(cluster, repo, reboot_policy="drain", role_vars=role_vars)
+
+    def full_run() -> ConfigureResult:
+        """The whole playbook, as 'metalslurm configure' runs it, with these settings."""
+        return run_playbook(cluster.inventory, out=lambda _line: None, extra_vars={
+            **settings(repo, reboot_policy="drain"), **role_vars})
 
     result = run()
     assert result.ok, result.failures
@@ -292,16 +304,31 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
                 "Reboot the node, which the next play does (rebootPolicy drain)."
                 ) in [" ".join(w.split()) for w in result.warnings], result.warnings
 
-    # The driver now "runs": the next run reads the GPU facts (stand-in nvidia-smi), keeps
-    # them on the controller, reboots nothing; the one after changes nothing.
-    facts_run = run()
+    # The driver now "runs": the next whole run reads the GPU facts on the nodes (stand-in
+    # nvidia-smi; nvidia_gpu publishes them as metalslurm_node.gpus), and the controller
+    # (slurm_controller) writes gres.conf from them, the GPUs of one affinity on a line
+    # with their Cores=, and keeps them for a run where a node is down; it reboots
+    # nothing. The one after changes nothing. The stand-in puts GPUs 0-3 on CPU 0 and 4-7
+    # on CPU 1 of this machine's one socket: their cores are that whole socket's, 0-1,
+    # since Slurm sets a node INVALID whose Cores= split a socket.
+    facts_run = full_run()
     assert facts_run.ok, facts_run.failures
     assert len(power.events) == 4, power.events
     uuids = re.findall(r"<uuid>([^<]+)</uuid>", (shared / "standin-smi.xml").read_text())
     kept = json.loads(cluster.ctl(f"cat {FACTS_CACHE}").stdout)
     for node in NODES:
-        assert [(g["minor"], g["uuid"], g["cores"]) for g in kept[node]] == [
-            (i, uuids[i], "0" if i < 4 else "1") for i in range(8)]
-    again = run()
+        assert [(g["minor"], g["uuid"], g["cpus"], g["cores"]) for g in kept[node]] == [
+            (i, uuids[i], "0" if i < 4 else "1", "0-1") for i in range(8)]
+    gres = [dict(word.split("=", 1) for word in line.split())
+            for line in cluster.ctl("cat /etc/slurm/gres.conf").stdout.splitlines()
+            if line.startswith("NodeName=")]
+    assert gres == [
+        {"NodeName": "gpu-[001-002]", "Cores": "0-1", "File": "/dev/nvidia[0-7]", "Name": "gpu",
+         "Type": "h100"},
+        # the elastic nodes, powered down and never seen with a driver: the inventory's count
+        {"NodeName": "gpu-[003-004]", "File": "/dev/nvidia[0-7]", "Name": "gpu", "Type": "h100"}]
+    # Slurm took it: both nodes registered with their GPUs (the run waits for that too).
+    assert node_view(cluster, "gpu-001") == ("idle", "none")
+    again = full_run()
     assert again.ok, again.failures
     assert again.changed == 0, again.changed_tasks

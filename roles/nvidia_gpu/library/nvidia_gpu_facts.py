@@ -7,6 +7,12 @@ each GPU's CPU and NUMA affinity as OS CPU numbers. gres.conf's ``Cores=`` wants
 core indices, not OS CPU numbers: Slurm numbers the cores socket by socket, each socket's
 cores in ``core_id`` order, and hyperthread siblings share their core's index. The OS CPU
 numbers are mapped to them through ``/sys/devices/system/cpu/cpu*/topology``.
+
+Slurm (24.11 at least) sets a node INVALID when a GPU's ``Cores=`` do not cover whole
+sockets ("GRES core specification ... doesn't match socket boundaries"), which a GPU's
+affinity to one NUMA node of a socket (AMD EPYC in NPS2/NPS4, some cloud bare-metal
+shapes) or to part of a small socket would do. So each GPU's cores are widened to the
+whole sockets its affinity touches: a DGX H100's (one socket per four GPUs) is unchanged.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ description:
     C(ansible_facts.metalslurm_gpus), one entry per GPU in nvidia-smi's order, with
     C(index), C(name), C(uuid), C(pci_bus_id), C(minor), C(mig_mode), C(numa_node) (-1
     unknown), C(nvlink_peers) (GPUs reached over NVLink), C(nvlinks) (links per peer),
-    C(cpus) (OS CPU list, as topo -m prints it) and C(cores) (Slurm core indices, a range
-    list such as 0-55, empty when unknown).
+    C(cpus) (OS CPU list, as topo -m prints it) and C(cores) (Slurm core indices of the
+    whole sockets those CPUs are on, a range list such as 0-55, empty when unknown).
 options:
   nvidia_smi:
     description: The nvidia-smi program.
@@ -110,8 +116,8 @@ def compress(numbers: list[int]) -> str:
     return ",".join(parts)
 
 
-def core_indices(sysfs_root: str) -> dict[int, int]:
-    """OS CPU number -> Slurm's core index (sockets in order, cores by core_id)."""
+def cpu_topology(sysfs_root: str) -> dict[int, tuple[int, int]]:
+    """OS CPU number -> (socket, Slurm's core index): sockets in order, cores by core_id."""
     cpus: dict[int, tuple[int, int]] = {}
     for topo in Path(sysfs_root, "sys/devices/system/cpu").glob("cpu[0-9]*/topology"):
         try:
@@ -121,21 +127,27 @@ def core_indices(sysfs_root: str) -> dict[int, int]:
             continue
         cpus[int(topo.parent.name[3:])] = (package, core)
     order = {pc: i for i, pc in enumerate(sorted(set(cpus.values())))}
-    return {cpu: order[pc] for cpu, pc in cpus.items()}
+    return {cpu: (pc[0], order[pc]) for cpu, pc in cpus.items()}
+
+
+def socket_cores(cpus: str, topology: dict[int, tuple[int, int]]) -> str:
+    """An OS CPU list -> the Slurm core indices of every socket it touches (see the
+    module's docstring), as a range list; empty when none of the CPUs is known."""
+    sockets = {topology[c][0] for c in expand(cpus) if c in topology}
+    return compress([core for socket, core in topology.values() if socket in sockets])
 
 
 def gpu_facts(smi_xml: str, topo: str, sysfs_root: str) -> list[dict[str, Any]]:
     gpus = parse_smi_xml(smi_xml)
     affinity = parse_topo(topo)
-    cores = core_indices(sysfs_root)
+    topology = cpu_topology(sysfs_root)
     for gpu in gpus:
         found = affinity.get(gpu["index"], {})
         gpu["cpus"] = found.get("cpus", "")
         gpu["numa_node"] = found.get("numa_node", -1)
         gpu["nvlink_peers"] = found.get("nvlink_peers", 0)
         gpu["nvlinks"] = found.get("nvlinks", 0)
-        mapped = [cores[c] for c in expand(gpu["cpus"]) if c in cores]
-        gpu["cores"] = compress(mapped)
+        gpu["cores"] = socket_cores(gpu["cpus"], topology)
     return gpus
 
 

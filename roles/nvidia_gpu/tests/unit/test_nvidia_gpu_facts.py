@@ -46,6 +46,32 @@ def test_a_dgx_h100_maps_each_gpu_to_its_sockets_slurm_cores(facts_module, tmp_p
     assert gpus[4]["cpus"] == "56-111,168-223"
 
 
+def cpu_tree(root: Path, sockets: int, cores: int) -> Path:
+    """``sockets`` sockets of ``cores`` cores each, no hyperthreads, CPUs numbered socket by
+    socket."""
+    for n in range(sockets * cores):
+        topo = root / f"sys/devices/system/cpu/cpu{n}/topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{n // cores}\n")
+        (topo / "core_id").write_text(f"{n % cores}\n")
+    return root
+
+
+@pytest.mark.parametrize(("cpus", "cores"), [
+    # one NUMA node of four on a 32-core socket (AMD EPYC in NPS4): the whole socket, as
+    # Slurm 24.11 accepts only whole sockets (else the node registers INVALID)
+    ("8-15", "0-31"), ("40-47", "32-63"),
+    # affinity to a single CPU
+    ("1", "0-31"),
+    # across both sockets, or every CPU
+    ("24-39", "0-63"), ("0-63", "0-63"),
+])
+def test_a_gpus_cores_are_the_whole_sockets_its_affinity_touches(facts_module, tmp_path,
+                                                                 cpus, cores):
+    topology = facts_module.cpu_topology(str(cpu_tree(tmp_path, 2, 32)))
+    assert facts_module.socket_cores(cpus, topology) == cores
+
+
 def test_cpus_the_node_does_not_have_give_no_cores(facts_module, tmp_path):
     (tmp_path / "sys/devices/system/cpu/cpu0/topology").mkdir(parents=True)
     gpus = facts_module.gpu_facts((GPU / "dgx-h100-healthy.xml").read_text(),
