@@ -75,7 +75,12 @@ def test_a_test_that_runs_podman_fails_and_so_does_the_session(pytester, monkeyp
 
 def test_a_session_that_never_runs_podman_passes(pytester, monkeypatch):
     result = run_session(pytester, monkeypatch,
-                         {"test_quiet.py": "def test_nothing():\n    assert 1 + 1 == 2\n"})
+                         {"test_quiet.py": (
+                             "import subprocess\n\n"
+                             "def test_other_commands_run():\n"
+                             "    out = subprocess.run(['sh', '-c', 'echo ok'], check=True,\n"
+                             "                         capture_output=True, text=True).stdout\n"
+                             "    assert out == 'ok\\n'\n")})
     assert result.ret == pytest.ExitCode.OK
     assert "podman was called" not in result.stdout.str()
 
