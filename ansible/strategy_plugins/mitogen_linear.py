@@ -3,17 +3,63 @@ one Python interpreter per node for the whole run, modules sent once and cached,
 of a new interpreter and a copied module per task. The converged re-run of the default
 stack takes about two thirds of the time (docs/benchmarks.md).
 
+Each task runs in a worker process forked from ansible-playbook. A worker that templates
+``metalslurm.cluster.*`` filters loads every filter file of the collection (Ansible looks a
+filter up file by file), and the worker's imports are lost when it exits: measured with
+py-spy on the default stack's converged re-run, that was two fifths of the workers' CPU
+time. The strategy imports the Jinja2 filters and tests once, in ansible-playbook, before
+the first worker forks, so every worker inherits them.
+
 ansible.cfg names this plugin; ``ANSIBLE_STRATEGY=linear`` goes back to Ansible's own.
 The ``mitogen`` package is pinned with the project's Python dependencies.
 """
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
+from ansible.plugins.loader import filter_loader, test_loader
+
+from ansible import constants as C
 
 Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
+_preloaded = False
+
+
+def project_collections() -> list[str]:
+    """``namespace.name`` of each collection under the configured collections paths (this
+    project's, not the hundreds the ``ansible`` package installs in site-packages)."""
+    found = []
+    for root in C.COLLECTIONS_PATHS:
+        base = Path(root) / "ansible_collections"
+        if base.is_dir():
+            found += [f"{ns.name}.{coll.name}" for ns in sorted(base.iterdir()) if ns.is_dir()
+                      for coll in sorted(ns.iterdir()) if (coll / "plugins").is_dir()]
+    return found
+
+
+def preload_jinja_plugins() -> None:
+    """Import Ansible's own filters and tests and those of the project's collections."""
+    global _preloaded
+    if _preloaded:
+        return
+    _preloaded = True
+    for loader in (filter_loader, test_loader):
+        for _plugin in loader.all():
+            pass
+        for collection in project_collections():
+            # A name no file defines makes the loader import every file of the
+            # collection's plugins/filter (or plugins/test) package, and find nothing. A
+            # broken plugin file is left to fail the task that uses it, with its own error.
+            with contextlib.suppress(Exception):
+                loader.get(f"{collection}.metalslurm_preload_absent")
+
 
 class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
-    pass
+    def run(self, iterator, play_context, result=0):  # type: ignore[no-untyped-def]
+        preload_jinja_plugins()
+        return super().run(iterator, play_context, result)
