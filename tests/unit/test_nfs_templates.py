@@ -23,11 +23,12 @@ NFS_CONF = ("nfs_server/templates/etc/nfs.conf.d/metalslurm.conf.j2", "nfs.conf"
 MOUNT = ("nfs_client/templates/etc/systemd/system/nfs.mount.j2", "unit")
 THREADS = [(2, 16), (16, 64), (96, 128)]
 KERNELS = [("6.1.0-40-amd64", ",nconnect=8"), ("4.19.0-27-amd64", "")]
+# host -> its facts (ansible_facts.processor_vcpus and .kernel), and the templates it renders.
 CASES: dict[str, tuple[dict, list[tuple[str, str]]]] = {
-    "exports": ({"ansible_processor_vcpus": 2}, [EXPORTS]),
-    **{f"vcpus-{vcpus}": ({"ansible_processor_vcpus": vcpus}, [NFS_CONF])
+    "exports": ({"processor_vcpus": 2, "kernel": KERNELS[0][0]}, [EXPORTS]),
+    **{f"vcpus-{vcpus}": ({"processor_vcpus": vcpus, "kernel": KERNELS[0][0]}, [NFS_CONF])
        for vcpus, _threads in THREADS},
-    **{f"kernel-{kernel}": ({"ansible_kernel": kernel, "item": "/data/ckpt-1"}, [MOUNT])
+    **{f"kernel-{kernel}": ({"processor_vcpus": 2, "kernel": kernel}, [MOUNT])
        for kernel, _nconnect in KERNELS},
 }
 
@@ -43,13 +44,18 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  "ansible_connection": "local",
                  "ansible_python_interpreter": sys.executable},
         "hosts": {"nfs": {"metalslurm_address": "10.77.0.254"},
-                  **{case: {"metalslurm_address": f"10.77.0.{11 + i}", **facts}
+                  **{case: {"metalslurm_address": f"10.77.0.{11 + i}", "item": "/data/ckpt-1",
+                            "test_node_facts": facts}
                      for i, (case, (facts, _t)) in enumerate(CASES.items())}},
         "children": {"nfs_server": {"hosts": {"nfs": None}},
                      "slurm_compute": {"hosts": dict.fromkeys(CASES)}}}}
     for case in CASES:
         (out / case).mkdir()
-    tasks = []
+    # Facts are read as ansible_facts.* (ansible.cfg does not inject them as top-level
+    # variables): a cacheable set_fact puts the case's facts there.
+    tasks: list[dict] = [{"name": "the case's facts", "ansible.builtin.set_fact": {
+        "processor_vcpus": "{{ test_node_facts.processor_vcpus }}",
+        "kernel": "{{ test_node_facts.kernel }}", "cacheable": True}}]
     for template in (EXPORTS, NFS_CONF, MOUNT):
         hosts = [case for case, (_facts, templates) in CASES.items() if template in templates]
         tasks.append({"name": f"render {template[0]}", "ansible.builtin.template": {

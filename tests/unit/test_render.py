@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 RELEASES = ("21.08", "22.05", "23.11", "24.11")
 # A DGX H100-like node as Ansible's setup module reports it (2 x 56-core Xeon Platinum
 # 8480C with hyper-threading, 2 TiB): the facts slurm.conf's NodeName lines come from.
-NODE_FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
-              "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
+NODE_FACTS = {"processor_count": 2, "processor_cores": 56, "processor_threads_per_core": 2,
+              "memtotal_mb": 2063937}
 # The same hardware as the local provider writes it for elastic (powered-down) nodes.
 NODE_OPTIONS = {"Sockets": 2, "CoresPerSocket": 56, "ThreadsPerCore": 2, "CPUs": 224,
                 "RealMemory": 2063937 * 97 // 100}
@@ -59,7 +59,7 @@ def fixture_inventory() -> dict:
     inventory = build_inventory(specs, all_vars)
     for name, host in inventory["all"]["hosts"].items():
         if name.startswith("gpu-") and host["metalslurm_node_state"] == "static":
-            host.update(NODE_FACTS)
+            host["test_node_facts"] = NODE_FACTS
     return inventory
 
 
@@ -67,7 +67,15 @@ def run_render(tmp_path: Path, releases: tuple[str, ...],
                extra_vars: dict | None = None) -> subprocess.CompletedProcess[str]:
     handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
                 for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
-    play = [{
+    # Facts are read as ansible_facts.* (ansible.cfg does not inject them as top-level
+    # variables): a cacheable set_fact puts the static nodes' facts there.
+    facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
+                  "gather_facts": False, "tasks": [{
+                      "name": "the node's facts", "when": "test_node_facts is defined",
+                      "ansible.builtin.set_fact": {
+                          **{key: f"{{{{ test_node_facts.{key} }}}}" for key in NODE_FACTS},
+                          "cacheable": True}}]}
+    play = [facts_play, {
         "name": "Render the controller's Slurm files for each release",
         "hosts": "slurm_controller", "gather_facts": False,
         "vars_files": [str(REPO / f) for f in (

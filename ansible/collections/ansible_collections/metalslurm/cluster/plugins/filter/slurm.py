@@ -26,21 +26,21 @@ def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3
     records = []
     for h in hosts:
         def fact(name: str, host: str = h) -> Any:
-            value = hostvar(hostvars, host, name)
+            value = (hostvar(hostvars, host, "ansible_facts", {}) or {}).get(name)
             if value is None:
                 raise AnsibleFilterError(
-                    f"slurm.conf needs fact {name} of compute host {host}: run the whole "
-                    "playbook (facts are gathered on every node) or set it in "
-                    "metalslurm_node_options")
+                    f"slurm.conf needs fact ansible_facts.{name} of compute host {host}: "
+                    "run the whole playbook (facts are gathered on every node) or set it "
+                    "in metalslurm_node_options")
             return value
         options = dict(hostvar(hostvars, h, "metalslurm_node_options", {}) or {})
         record: dict[str, Any] = {"NodeName": h}
         if not {"CPUs", "Sockets", "RealMemory"} <= options.keys():
             record.update({
-                "Sockets": int(fact("ansible_processor_count")),
-                "CoresPerSocket": int(fact("ansible_processor_cores")),
-                "ThreadsPerCore": int(fact("ansible_processor_threads_per_core")),
-                "RealMemory": int(fact("ansible_memtotal_mb")) * (100 - memory_reserve_percent)
+                "Sockets": int(fact("processor_count")),
+                "CoresPerSocket": int(fact("processor_cores")),
+                "ThreadsPerCore": int(fact("processor_threads_per_core")),
+                "RealMemory": int(fact("memtotal_mb")) * (100 - memory_reserve_percent)
                 // 100,
             })
         gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)

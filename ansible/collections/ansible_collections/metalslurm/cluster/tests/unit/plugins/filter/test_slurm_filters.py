@@ -11,8 +11,8 @@ from tests.paths import REPO
 ROLE_DEFAULTS = REPO / "roles/slurm_controller/defaults/main.yml"
 ROLE_DEFAULT_TIME = yaml.safe_load(ROLE_DEFAULTS.read_text())["slurm_controller_default_time"]
 
-FACTS = {"ansible_processor_count": 2, "ansible_processor_cores": 56,
-         "ansible_processor_threads_per_core": 2, "ansible_memtotal_mb": 2063937}
+FACTS = {"ansible_facts": {"processor_count": 2, "processor_cores": 56,
+                           "processor_threads_per_core": 2, "memtotal_mb": 2063937}}
 
 
 def test_node_records_from_facts():
@@ -37,7 +37,8 @@ def test_node_options_override_facts():
 
 
 def test_missing_facts_say_what_to_do():
-    with pytest.raises(AnsibleFilterError, match="ansible_processor_count of compute host n1"):
+    with pytest.raises(AnsibleFilterError,
+                       match="ansible_facts.processor_count of compute host n1"):
         filters.slurm_nodes(["n1"], {"n1": {}})
 
 
