@@ -17,6 +17,7 @@ The ``mitogen`` package is pinned with the project's Python dependencies.
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 import ansible_mitogen.loaders
@@ -26,8 +27,6 @@ from ansible.plugins.loader import filter_loader, test_loader
 from ansible import constants as C
 
 Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
-
-_preloaded = False
 
 
 def project_collections() -> list[str]:
@@ -42,12 +41,10 @@ def project_collections() -> list[str]:
     return found
 
 
+@functools.cache
 def preload_jinja_plugins() -> None:
-    """Import Ansible's own filters and tests and those of the project's collections."""
-    global _preloaded
-    if _preloaded:
-        return
-    _preloaded = True
+    """Import Ansible's own filters and tests and those of the project's collections
+    (once per run: the strategy runs each play)."""
     for loader in (filter_loader, test_loader):
         for _plugin in loader.all():
             pass

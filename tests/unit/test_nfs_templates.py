@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.facts import set_facts_task
+
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 
@@ -51,11 +53,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      "slurm_compute": {"hosts": dict.fromkeys(CASES)}}}}
     for case in CASES:
         (out / case).mkdir()
-    # Facts are read as ansible_facts.* (ansible.cfg does not inject them as top-level
-    # variables): a cacheable set_fact puts the case's facts there.
-    tasks: list[dict] = [{"name": "the case's facts", "ansible.builtin.set_fact": {
-        "processor_vcpus": "{{ test_node_facts.processor_vcpus }}",
-        "kernel": "{{ test_node_facts.kernel }}", "cacheable": True}}]
+    tasks = [set_facts_task(["processor_vcpus", "kernel"])]
     for template in (EXPORTS, NFS_CONF, MOUNT):
         hosts = [case for case, (_facts, templates) in CASES.items() if template in templates]
         tasks.append({"name": f"render {template[0]}", "ansible.builtin.template": {

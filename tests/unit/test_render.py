@@ -32,6 +32,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 from infra.config import load_stack_file
 from infra.inventory import build_inventory, cluster_vars
 from infra.providers.local import node_specs
+from tests.facts import set_facts_task
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASES = ("21.08", "22.05", "23.11", "24.11")
@@ -67,14 +68,8 @@ def run_render(tmp_path: Path, releases: tuple[str, ...],
                extra_vars: dict | None = None) -> subprocess.CompletedProcess[str]:
     handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
                 for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
-    # Facts are read as ansible_facts.* (ansible.cfg does not inject them as top-level
-    # variables): a cacheable set_fact puts the static nodes' facts there.
     facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
-                  "gather_facts": False, "tasks": [{
-                      "name": "the node's facts", "when": "test_node_facts is defined",
-                      "ansible.builtin.set_fact": {
-                          **{key: f"{{{{ test_node_facts.{key} }}}}" for key in NODE_FACTS},
-                          "cacheable": True}}]}
+                  "gather_facts": False, "tasks": [set_facts_task(NODE_FACTS)]}
     play = [facts_play, {
         "name": "Render the controller's Slurm files for each release",
         "hosts": "slurm_controller", "gather_facts": False,
