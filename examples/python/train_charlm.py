@@ -14,6 +14,13 @@ replicas stay equal; the script proves it by printing a digest of its parameters
 The model: the previous --context characters, embedded, through one tanh layer, to the
 next character's logits. Small enough for 2 CPUs, real enough that the loss falls.
 
+Exit codes: 0 when trained to the last step, and when stopped by SIGUSR1 (the time-limit
+warning) after its checkpoint: every rank exits 0 at once (``srun --kill-on-bad-exit=1``
+would take a first rank's non-zero exit for a failure and kill the others mid-shutdown),
+and rank 0 records the stop in --stop-record for the batch script, which requeues the job.
+143 (128 + SIGTERM) when stopped by SIGTERM after its checkpoint: Slurm is requeuing or
+ending the job as it decided.
+
 Output (rank 0, JSON lines): {"event": "start", ...}, {"event": "step", "step": n,
 "loss": x} every --log-every steps, {"event": "checkpoint", "step": n}, {"event": "end"};
 every rank: {"event": "params", "rank": r, "step": n, "sha256": ...} after its first step
@@ -51,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--stop-record", type=Path,
+                   help="a file rank 0 writes (step and signal, JSON) when it stops on "
+                        "SIGUSR1 after its checkpoint; the batch script requeues the job "
+                        "when it finds it")
     return p.parse_args(argv)
 
 
@@ -79,6 +90,13 @@ def save_checkpoint(directory: Path, step: int, arrays: dict[str, np.ndarray],
     for stale in old[:-keep]:
         stale.unlink(missing_ok=True)
     return final
+
+
+def record_stop(path: Path, step: int, signal_name: str) -> None:
+    """The stop record, written under a temporary name and renamed (whole or absent)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"step": step, "signal": signal_name}) + "\n")
+    os.replace(tmp, path)
 
 
 def digest(leaves: list[np.ndarray]) -> str:
@@ -231,13 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         elif step % args.checkpoint_every == 0 or step == args.steps:
             checkpoint(step)
         if stopping:
+            name = signal.Signals(signum).name
             if rank == 0:
-                emit(event="stopped", step=step, signal=signal.Signals(signum).name)
+                if signum == signal.SIGUSR1 and args.stop_record:
+                    record_stop(args.stop_record, step, name)
+                emit(event="stopped", step=step, signal=name)
             jax.distributed.shutdown()
-            # 128 + the signal, like a process it killed: 143 for SIGTERM (requeue,
-            # preemption; Slurm goes on as it decided), 138 for SIGUSR1 (the time-limit
-            # warning: the batch script requeues the job). The next run resumes at step + 1.
-            return 128 + signum
+            # SIGTERM: 143, like a process it killed (requeue, preemption: Slurm goes on as
+            # it decided). SIGUSR1: 0 on every rank, the stop is in --stop-record; a
+            # non-zero exit would make srun kill the ranks still shutting down. The next
+            # run resumes at step + 1.
+            return 128 + signum if signum == signal.SIGTERM else 0
     emit(event="params", rank=rank, step=step, sha256=digest(list(to_host(params).values())))
     if rank == 0:
         emit(event="end", step=step, steps_per_s=rate(step))

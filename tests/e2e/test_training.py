@@ -392,6 +392,20 @@ def test_setup_train_env_builds_the_environment_online(cluster, online):
         cluster.ctl(f"rm -rf {ONLINE_ENV} {ONLINE_ENV}.lock")
 
 
+def requeued(cluster, job: str, directory: str, restarts: int) -> bool:
+    """Whether ``job`` is back in the queue after its ``restarts``-th run. A job that ended
+    instead fails the wait at once, with its output (a run that was not requeued)."""
+    fields = cluster.ctl(f"scontrol show job {job} | grep -o -E '(JobState|Restarts)=\\S+'",
+                         check=False).stdout.split()
+    info = dict(f.split("=", 1) for f in fields)
+    if info.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                                "OUT_OF_MEMORY", "PREEMPTED"):
+        text = cluster.ctl(f"tail -n 40 {directory}/train-{job}.out", check=False).stdout
+        raise AssertionError(f"job {job} ended {info['JobState']} after run {restarts} "
+                             f"instead of being requeued:\n{text}")
+    return info.get("JobState") == "PENDING" and info.get("Restarts") == str(restarts)
+
+
 @pytest.fixture(scope="module")
 def spot_run(cluster, train_env):
     """The spot-safe example on gpu-001/002, with its afternotok follow-up: requeued by
@@ -415,7 +429,7 @@ def spot_run(cluster, train_env):
         seen[number] = newest_checkpoint(cluster, ckpt)
         cluster.ctl(stop)
         wait_for(f"job {job} to be pending again",
-                 lambda: cluster.job_field(job, "%T %r") == "PENDING BeginTime", timeout=60,
+                 lambda n=number: requeued(cluster, job, SPOT, restarts=n), timeout=60,
                  every=0.5)
         cluster.release_requeued(job)
     state = cluster.wait_until_done(job, timeout=300)
@@ -430,6 +444,9 @@ def test_spot_safe_training_completes_after_two_stops(cluster, spot_run):
     assert rows == [["REQUEUED", STATIC], ["REQUEUED", STATIC], ["COMPLETED", STATIC]], rows
     assert re.findall(r"^run (\d) of job \d+ on (\S+)$", text, re.M) == [
         ("1", STATIC), ("2", STATIC), ("3", STATIC)]
+    # Run 2's time-limit stop reached the batch script through its record, since removed.
+    left = cluster.ctl(f"ls -a {SPOT}/ckpt").stdout.split()
+    assert [n for n in left if n.startswith(".time-limit-stop.")] == [], left
 
 
 def test_spot_safe_runs_resume_at_the_step_after_their_checkpoint(spot_run):

@@ -20,14 +20,18 @@ GPU_SCRIPTS = ["torchrun-fsdp.sbatch", "deepspeed-srun.sbatch", "deepspeed-launc
                "container-train.sbatch"]
 
 # Stand-ins for Slurm's clients: each call is appended to $CALLS; srun answers --help and
-# --mpi=list from $SRUN_HELP and $SRUN_MPI_LIST and a step with $SRUN_RC, scontrol expands
+# --mpi=list from $SRUN_HELP and $SRUN_MPI_LIST and a step with $SRUN_RC (writing
+# $SRUN_STOP_RECORD first, as the training's rank 0 does on SIGUSR1), scontrol expands
 # nothing but "gpu-[001-002]".
 SRUN = """#!/bin/bash
 echo "srun $*" >> "$CALLS"
 case "$1" in
     --help) printf '%s\\n' "$SRUN_HELP" ;;
     --mpi=list) printf '%s\\n' "$SRUN_MPI_LIST" ;;
-    *) exit "${SRUN_RC:-0}" ;;
+    *) if [[ -n "${SRUN_STOP_RECORD:-}" ]]; then
+           echo '{"step": 7, "signal": "SIGUSR1"}' > "$SRUN_STOP_RECORD"
+       fi
+       exit "${SRUN_RC:-0}" ;;
 esac
 """
 SCONTROL = """#!/bin/bash
@@ -157,21 +161,36 @@ def test_a_spot_job_without_the_training_environment_says_how_to_build_it(slurm,
     assert srun_steps(slurm.calls()) == []
 
 
-@pytest.mark.parametrize(("rc", "requeued", "exit_code"), [
-    (0, False, 0),      # trained to the last step
-    (143, False, 143),  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends it
-    (138, True, 0),     # SIGUSR1, the time-limit warning: the script requeues the job itself
-    (1, False, 1),
+@pytest.mark.parametrize(("rc", "stopped", "requeued", "exit_code"), [
+    (0, False, False, 0),      # trained to the last step
+    (143, False, False, 143),  # SIGTERM: Slurm requeues (preemption, scontrol requeue) or ends it
+    (0, True, True, 0),        # SIGUSR1, the time-limit warning: the script requeues the job
+    (143, True, False, 143),   # a rank killed after the stop was recorded: not a clean stop
+    (1, False, False, 1),
 ])
 def test_a_spot_job_requeues_itself_only_after_the_time_limit_warning(
-        slurm, tmp_path, rc, requeued, exit_code):
-    result = slurm("spot-safe.sbatch", **spot_setup(tmp_path), SRUN_RC=str(rc))
+        slurm, tmp_path, rc, stopped, requeued, exit_code):
+    record = tmp_path / "ckpt" / ".time-limit-stop.42.0"
+    result = slurm("spot-safe.sbatch", **spot_setup(tmp_path), SRUN_RC=str(rc),
+                   SRUN_STOP_RECORD=str(record) if stopped else None)
     assert result.returncode == exit_code, result.stderr
     [step] = srun_steps(slurm.calls())
-    assert step.startswith(f"srun --kill-on-bad-exit=1 {tmp_path}/train-env/bin/python "
-                           f"{EXAMPLES}/python/train_charlm.py --data {tmp_path}/corpus.txt "
-                           f"--checkpoint-dir {tmp_path}/ckpt --steps 2000 --checkpoint-every 100")
+    assert step == (f"srun --kill-on-bad-exit=1 {tmp_path}/train-env/bin/python "
+                    f"{EXAMPLES}/python/train_charlm.py --data {tmp_path}/corpus.txt "
+                    f"--checkpoint-dir {tmp_path}/ckpt --steps 2000 --checkpoint-every 100 "
+                    f"--stop-record {record}")
     assert ("scontrol requeue 42" in slurm.calls()) is requeued
+    # A record is for one run: the next run of the job never finds an old one.
+    assert not record.exists()
+
+
+def test_a_stale_stop_record_of_this_run_is_removed_before_the_training_starts(slurm, tmp_path):
+    record = tmp_path / "ckpt" / ".time-limit-stop.42.0"
+    record.parent.mkdir()
+    record.write_text('{"step": 3, "signal": "SIGUSR1"}\n')
+    result = slurm("spot-safe.sbatch", **spot_setup(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "scontrol requeue 42" not in slurm.calls()
 
 
 def test_the_follow_up_without_the_training_job_names_the_setting(slurm):
