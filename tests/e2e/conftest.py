@@ -152,7 +152,7 @@ EVIDENCE = REPO / ".metalslurm" / "e2e-evidence"
 _EVIDENCE_DIRS: list[Path] = []
 CONTROLLER_EVIDENCE = {
     "sinfo.txt": "sinfo --Node --long; echo; sinfo --long",
-    "squeue.txt": "squeue --all --long --format='%i %P %j %u %T %M %l %D %R %r'",
+    "squeue.txt": "squeue --all --format='%i %P %j %u %T %M %l %D %R %r'",
     "scontrol-show-node.txt": "scontrol show node",
     "scontrol-show-job.txt": "scontrol show job",
     "sacct.txt": "sacct --allusers --duplicates --starttime=now-3hours --parsable2 "
