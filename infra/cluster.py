@@ -51,6 +51,7 @@ class Cluster(pulumi.ComponentResource):
     munge_key_b64: pulumi.Output[str]
     slurmdbd_password: pulumi.Output[str]
     jwt_key_b64: pulumi.Output[str]
+    monitoring_password: pulumi.Output[str]
 
     def __init__(self, name: str, args: ClusterArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -66,9 +67,12 @@ class Cluster(pulumi.ComponentResource):
         password = random.RandomPassword(f"{name}-slurmdbd-password", length=32,
                                          special=False, opts=child)
         jwt = random.RandomBytes(f"{name}-jwt-key", length=JWT_KEY_BYTES, opts=child)
+        monitoring = random.RandomPassword(f"{name}-monitoring-password", length=32,
+                                           special=False, opts=child)
         self.munge_key_b64 = pulumi.Output.secret(munge.base64)
         self.slurmdbd_password = pulumi.Output.secret(password.result)
         self.jwt_key_b64 = pulumi.Output.secret(jwt.base64)
+        self.monitoring_password = pulumi.Output.secret(monitoring.result)
 
         machines = PROVIDERS[cfg.provider](name, args, self)
         self.specs = machines.specs
@@ -87,6 +91,7 @@ class Cluster(pulumi.ComponentResource):
             "METALSLURM_MUNGE_KEY_B64": self.munge_key_b64,
             "METALSLURM_SLURMDBD_PASSWORD": self.slurmdbd_password,
             "METALSLURM_JWT_KEY_B64": self.jwt_key_b64,
+            "METALSLURM_MONITORING_PASSWORD": self.monitoring_password,
         }
         if args.ssh_private_key is not None:
             environment["METALSLURM_SSH_PRIVATE_KEY"] = pulumi.Output.secret(
@@ -119,4 +124,5 @@ class Cluster(pulumi.ComponentResource):
             "mungeKey": self.munge_key_b64,
             "slurmdbdPassword": self.slurmdbd_password,
             "slurmJwtKey": self.jwt_key_b64,
+            "monitoringPassword": self.monitoring_password,
         })

@@ -40,6 +40,7 @@ from infra.containers_config import ContainerSettings, parse_containers
 from infra.gpu_config import GpuSettings, parse_gpu
 from infra.health import HealthSettings, parse_health
 from infra.inputs import InputError, load_yaml_argument, text_file_problem, type_name
+from infra.monitoring_config import MonitoringSettings, parse_monitoring
 from infra.nccl_config import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
@@ -155,6 +156,10 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("health", "The node health checker Slurm runs (HealthCheckProgram) - enabled, "
              "interval, nodeState, checkTimeout, xidWindow, maxEccUncorrected, ibRateGbps, "
              "minFreeTmpMib, minFreeCacheMib.", {}),
+    StackKey("monitoring", "Prometheus, Alertmanager and the exporters - enabled, host, "
+             "scrapeInterval, exporterInterval, retentionTime, retentionSize, "
+             "pendingThreshold, diskFreeRatio, groupWait, groupInterval, repeatInterval, "
+             "receivers.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
              "branch, version, fabricManager, fabricManagerVersion, dcgm, gpudirect, "
              "containerToolkit, mig, rebootPolicy, repository, containerToolkitRepository.", {}),
@@ -287,6 +292,7 @@ class ClusterConfig:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     health: HealthSettings = field(default_factory=HealthSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
+    monitoring: MonitoringSettings = field(default_factory=MonitoringSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -627,6 +633,10 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     nccl = parse_nccl(c, raw)
     health = parse_health(c, raw)
     gpu = parse_gpu(c, raw, os_name, sorted({p.gpu_type for p in pools if p.gpu_type}))
+    machines = [n for p in pools for n in p.node_names()] + [controller_name or "ctl"]
+    if storage.backend == "nfs":
+        machines.append(storage.server)
+    monitoring = parse_monitoring(c, raw, machines)
 
     if c.problems:
         raise ConfigError(c.problems, source, value)
@@ -637,7 +647,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
-        configure=configure, byo=byo,
+        monitoring=monitoring, configure=configure, byo=byo,
         oci=oci)
 
 

@@ -34,6 +34,7 @@ SECRET_ENV = {
     "ansible_ssh_private_key_file": "METALSLURM_SSH_PRIVATE_KEY",
     "slurm_elastic_credentials_file": "METALSLURM_BMC_CREDENTIALS",
     "registry_credentials_file": "METALSLURM_REGISTRY_CREDENTIALS",
+    "monitoring_password_file": "METALSLURM_MONITORING_PASSWORD",
 }
 
 

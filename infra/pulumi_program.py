@@ -90,3 +90,4 @@ def main() -> None:
     pulumi.export("mungeKey", cluster.munge_key_b64)
     pulumi.export("slurmdbdPassword", cluster.slurmdbd_password)
     pulumi.export("slurmJwtKey", cluster.jwt_key_b64)
+    pulumi.export("monitoringPassword", cluster.monitoring_password)

@@ -63,9 +63,11 @@ SECRET_FILES = {
     "ansible_ssh_private_key_file": "ssh_key",
     "slurm_elastic_credentials_file": "bmc-credentials.json",
     "registry_credentials_file": "registry-credentials.json",
+    "monitoring_password_file": "monitoring.password",
 }
 # The secrets every cluster has; the others depend on the provider.
-CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file")
+CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file",
+                   "monitoring_password_file")
 MUNGE_KEY_BYTES = 1024
 # munged refuses shorter keys (roles/munge/library/munge_key.py checks the same on the node;
 # tests/unit/test_setting_owners.py keeps the two equal).
@@ -111,7 +113,7 @@ def checked_secret(var: str, value: str) -> str:
             raise SecretError(str(exc)) from None
     if var == "ansible_ssh_private_key_file":
         return value.rstrip("\n") + "\n"  # OpenSSH refuses a key without a final newline
-    if var == "slurmdbd_password_file":
+    if var in ("slurmdbd_password_file", "monitoring_password_file"):
         return value.strip() + "\n"
     raise SecretError(f"{var}: not a secret file metalslurm knows")
 
@@ -230,13 +232,15 @@ def new_munge_key() -> str:
 
 
 def ensure_cluster_secrets(state: StateDir) -> dict[str, str]:
-    """Munge key, slurmdbd password and JWT key for a cluster without Pulumi (the local
-    cluster): made once, kept across runs; returns the inventory vars naming them."""
+    """Munge key, slurmdbd password, JWT key and monitoring password for a cluster without
+    Pulumi (the local cluster): made once, kept across runs; returns the inventory vars
+    naming them."""
     makers = {
         "munge_key_b64_file": new_munge_key,
         "slurmdbd_password_file": lambda: secrets.token_urlsafe(32),
         "slurm_jwt_key_b64_file": lambda: base64.b64encode(
             secrets.token_bytes(JWT_KEY_BYTES)).decode(),
+        "monitoring_password_file": lambda: secrets.token_urlsafe(24),
     }
     for var, make in makers.items():
         state.ensure_secret(var, make)

@@ -59,8 +59,8 @@ def test_cluster_secrets_are_made_once_and_kept(tmp_path):
     contents = {var: Path(path).read_text() for var, path in first.items()}
     assert ensure_cluster_secrets(state) == first
     assert {var: Path(path).read_text() for var, path in first.items()} == contents
-    assert sorted(first) == ["munge_key_b64_file", "slurm_jwt_key_b64_file",
-                             "slurmdbd_password_file"]
+    assert sorted(first) == ["monitoring_password_file", "munge_key_b64_file",
+                             "slurm_jwt_key_b64_file", "slurmdbd_password_file"]
 
 
 def test_the_plan_crosses_a_process_boundary_unchanged(tmp_path):

@@ -22,12 +22,14 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     elastic,
     health,
     inventory_contract,
+    monitoring,
 )
 
 from infra import state
 from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
 from infra.health import HealthSettings
 from infra.inventory import cluster_vars
+from infra.monitoring_config import MonitoringSettings
 from infra.schema import Collector
 from tests.paths import REPO, ROLES, load_module
 
@@ -74,6 +76,26 @@ def test_the_checker_programs_own_defaults_are_the_owners():
                                         "ib_rate_gbps")}
 
 
+# ---- monitoring: module_utils/monitoring.py ------------------------------------------------
+
+def test_the_stack_parser_takes_the_monitoring_defaults_from_their_owner():
+    assert MonitoringSettings().inventory_vars() == monitoring.DEFAULTS
+
+
+def test_the_gpu_alerts_critical_xids_are_the_health_checkers():
+    """The Xid alert and the health checker drain on the same errors; the checker owns them."""
+    loader = importlib.machinery.SourceFileLoader("metalslurm_health_xids", str(HEALTH_PROGRAM))
+    program = types.ModuleType(loader.name)
+    sys.modules[loader.name] = program
+    loader.exec_module(program)
+    assert list(monitoring.CRITICAL_XIDS) == program.DEFAULT_CRITICAL_XIDS
+
+
+def test_the_playbooks_monitoring_switch_defaults_as_the_owner_says():
+    group_vars = (REPO / "ansible/group_vars/all/metalslurm.yml").read_text().splitlines()
+    assert MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower() in group_vars
+
+
 # ---- power saving: module_utils/elastic.py -------------------------------------------------
 
 @pytest.mark.parametrize("provider", sorted(elastic.PROVIDER_DEFAULTS))
@@ -92,7 +114,8 @@ def test_the_stack_parser_takes_each_providers_timings_from_their_owner(provider
 
 # A `| default(...)` on one of these settings would be a second owner of its default.
 OWNED_ELSEWHERE = re.compile(
-    r"(metalslurm_health|metalslurm_elastic|slurm_health_settings|slurm_elastic_settings|"
+    r"(metalslurm_health|metalslurm_elastic|metalslurm_monitoring|slurm_health_settings|"
+    r"slurm_elastic_settings|monitoring_settings|"
     r"slurm_controller_power_saving|__slurm_controller_power)\.\w+\s*\|\s*default\(")
 
 
@@ -100,14 +123,17 @@ OWNED_ELSEWHERE = re.compile(
 # map of the playbook (infra/playbook.py) evaluates those conditions without the collection's
 # filters. Held equal to the owner below.
 HEALTH_ENABLED = "__metalslurm_health_enabled: \"{{ metalslurm_health.enabled | default(%s) }}\""
+MONITORING_ENABLED = ("__metalslurm_monitoring_enabled: "
+                      "\"{{ metalslurm_monitoring.enabled | default(%s) }}\"")
 
 
 def test_the_playbook_keeps_no_copy_of_an_owned_default():
-    kept = HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower()
+    kept = {HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower(),
+            MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower()}
     copies = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
               for path in ansible_files()
               for n, line in enumerate(path.read_text().splitlines(), start=1)
-              if OWNED_ELSEWHERE.search(line) and line.strip() != kept]
+              if OWNED_ELSEWHERE.search(line) and line.strip() not in kept]
     assert copies == []
 
 

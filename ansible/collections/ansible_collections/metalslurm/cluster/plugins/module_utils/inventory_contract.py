@@ -12,6 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring import (
+    MonitoringSettingsError,
+    monitoring_settings,
+)
+
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
 # nfs: exported by the nfs_server host, mounted by the others; host-bind: the local
@@ -51,6 +56,7 @@ CLUSTER_VARS = {
     "metalslurm_nccl": "NCCL settings over the derived ones",
     "metalslurm_gpu": "the NVIDIA driver stack",
     "metalslurm_health": "the node health checker",
+    "metalslurm_monitoring": "Prometheus, Alertmanager, the exporters and the alert receivers",
 }
 # Per host (compute hosts: the GPU, state, switch, power and node option variables):
 HOST_VARS = {
@@ -69,6 +75,7 @@ SECRET_FILE_VARS = {
     "slurm_jwt_key_b64_file": "Slurm's JWT key, base64",
     "slurm_elastic_credentials_file": "BMC logins of the power drivers",
     "registry_credentials_file": "container registry logins",
+    "monitoring_password_file": "the password of the monitoring web UIs (user 'metalslurm')",
 }
 
 
@@ -177,6 +184,18 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
             if node not in compute:
                 problems.append(f"metalslurm_partitions[{i}] ({part.get('name')}): node "
                                 f"{node!r} is not in group slurm_compute")
+    monitoring = _get(hostvars, (all_hosts or [""])[0], "metalslurm_monitoring", {}) or {}
+    try:
+        if not isinstance(monitoring, Mapping):
+            raise MonitoringSettingsError(f"metalslurm_monitoring: {monitoring!r} is not a "
+                                          "mapping of monitoring settings")
+        monitoring_settings(monitoring)
+    except MonitoringSettingsError as exc:
+        problems.append(str(exc))
+    host = monitoring.get("host") if isinstance(monitoring, Mapping) else None
+    if isinstance(host, str) and host and host not in all_hosts:
+        problems.append(f"metalslurm_monitoring.host {host!r} is not a host of this inventory; "
+                        "name one of its hosts, or leave it empty (the controller)")
     return problems
 
 
