@@ -31,6 +31,9 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
                  ("mariadb", "(metalslurm_accounting | default({})).database_host "
                              "| default('', true) | length == 0")),
     "nfs_server": (("nfs-server", None),),
+    "node_exporter": (("prometheus-node-exporter", None),),
+    "slurm_exporter": (("metalslurm-slurm-exporter", None),),
+    "monitoring": (("prometheus", None), ("prometheus-alertmanager", None)),
     # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
     "slurm_topology": (("metalslurm-ibsim",
                         "(metalslurm_topology | default({})).simulator_fabric | default('', true) "

@@ -57,9 +57,13 @@ _JINJA.filters = _AnyFilter(_JINJA.filters)
 _JINJA.tests = _AnyFilter(_JINJA.tests)
 
 
-def names_in(template: str, where: str) -> set[str]:
+def names_in(template: str, where: str, delimiters: tuple[str, str] | None = None) -> set[str]:
+    env = _JINJA
+    if delimiters is not None:  # a template task's variable_start_string/_end_string
+        env = _JINJA.overlay(variable_start_string=delimiters[0],
+                             variable_end_string=delimiters[1])
     try:
-        return set(meta.find_undeclared_variables(_JINJA.parse(template)))
+        return set(meta.find_undeclared_variables(env.parse(template)))
     except TemplateSyntaxError as exc:
         raise AssertionError(f"{where}: not a Jinja template: {exc}") from exc
 
@@ -151,14 +155,29 @@ def defined_by(role: str) -> frozenset[str]:
 
 
 @cache
+def template_delimiters(role: str) -> dict[str, tuple[str, str]]:
+    """src -> (start, end) of the role's template tasks that set their own delimiters."""
+    found = {}
+    for path in role_files(role)["tasks"]:
+        for task in tasks_of(load(path)):
+            args = task.get("ansible.builtin.template")
+            if isinstance(args, dict) and "variable_start_string" in args:
+                found[args["src"]] = (args["variable_start_string"],
+                                      args.get("variable_end_string", "}}"))
+    return found
+
+
+@cache
 def read_by(role: str) -> dict[str, set[str]]:
     """name -> the files of the role that read it."""
     found: dict[str, set[str]] = {}
     for kind, paths in role_files(role).items():
         for path in paths:
             where = str(path.relative_to(REPO))
-            names = (names_in(path.read_text(), where) if kind == "templates"
-                     else read_in_yaml(load(path), where))
+            src = str(path.relative_to(ROLES / role / "templates")) \
+                if kind == "templates" else ""
+            names = (names_in(path.read_text(), where, template_delimiters(role).get(src))
+                     if kind == "templates" else read_in_yaml(load(path), where))
             for name in names:
                 found.setdefault(name, set()).add(where)
     return found

@@ -12,23 +12,45 @@ INVENTORIES = REPO / "tests" / "fixtures" / "inventory"
 
 
 def test_a_cluster_with_an_nfs_server_node():
-    """The NFS server gets munge too (site.yml's first play covers nfs_server), and runs
-    nfsd; the compute nodes, elastic ones included, run munge and slurmd."""
+    """The NFS server gets munge and node_exporter too (site.yml's first play covers
+    nfs_server), and runs nfsd; the compute nodes, elastic ones included, run munge, slurmd
+    and node_exporter; the controller the Slurm exporter, and Prometheus and Alertmanager
+    (the monitoring host by default)."""
     assert expected_services(INVENTORIES / "nfs-server.yml") == {
-        "ctl": ["mariadb", "munge", "slurmctld", "slurmdbd"],
-        "nfs": ["munge", "nfs-server"],
-        "gpu-001": ["munge", "slurmd"],
-        "gpu-002": ["munge", "slurmd"],
-        "gpu-003": ["munge", "slurmd"],
+        "ctl": ["mariadb", "metalslurm-slurm-exporter", "munge", "prometheus",
+                "prometheus-alertmanager", "prometheus-node-exporter", "slurmctld", "slurmdbd"],
+        "nfs": ["munge", "nfs-server", "prometheus-node-exporter"],
+        "gpu-001": ["munge", "prometheus-node-exporter", "slurmd"],
+        "gpu-002": ["munge", "prometheus-node-exporter", "slurmd"],
+        "gpu-003": ["munge", "prometheus-node-exporter", "slurmd"],
     }
 
 
+def test_monitoring_goes_where_the_inventory_says_or_nowhere(tmp_path):
+    """metalslurm_monitoring.host moves Prometheus and Alertmanager; enabled: false removes
+    every monitoring daemon."""
+    import yaml
+
+    inventory = yaml.safe_load((INVENTORIES / "nfs-server.yml").read_text())
+    inventory["all"]["vars"]["metalslurm_monitoring"] = {"host": "nfs"}
+    (tmp_path / "moved.yml").write_text(yaml.safe_dump(inventory))
+    moved = expected_services(tmp_path / "moved.yml")
+    assert (moved["ctl"], moved["nfs"]) == (
+        ["mariadb", "metalslurm-slurm-exporter", "munge", "prometheus-node-exporter",
+         "slurmctld", "slurmdbd"],
+        ["munge", "nfs-server", "prometheus", "prometheus-alertmanager",
+         "prometheus-node-exporter"])
+    inventory["all"]["vars"]["metalslurm_monitoring"] = {"enabled": False}
+    (tmp_path / "off.yml").write_text(yaml.safe_dump(inventory))
+    assert expected_services(tmp_path / "off.yml")["gpu-001"] == ["munge", "slurmd"]
+
+
 def test_an_external_accounting_database_runs_no_mariadb_here():
+    node = ["munge", "prometheus-node-exporter", "slurmd"]
     assert expected_services(INVENTORIES / "external-db.yml") == {
-        "ctl": ["munge", "slurmctld", "slurmdbd"],
-        "gpu-001": ["munge", "slurmd"],
-        "gpu-002": ["munge", "slurmd"],
-        "gpu-003": ["munge", "slurmd"],
+        "ctl": ["metalslurm-slurm-exporter", "munge", "prometheus", "prometheus-alertmanager",
+                "prometheus-node-exporter", "slurmctld", "slurmdbd"],
+        "gpu-001": node, "gpu-002": node, "gpu-003": node,
     }
 
 
@@ -38,7 +60,7 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_common",
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
-            "mpi"} == roles
+            "mpi", "node_exporter", "slurm_exporter", "monitoring"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,

@@ -1,0 +1,198 @@
+"""The monitoring role's files rendered by Ansible itself (the role's own defaults, vars and
+templates, the default local stack's inventory), then checked by the tools that read them:
+``promtool check config`` / ``check rules`` / ``check web-config`` and ``amtool
+check-config`` (from Debian's prometheus and prometheus-alertmanager packages; skipped,
+saying so, where they are absent). Also the stack-config and inventory rules of
+``metalslurm:monitoring`` (bad input refused with the key named) and the web password's
+hash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import bcrypt
+import pytest
+import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    inventory_problems,
+)
+
+from infra.config import parse_config
+from infra.inventory import inventory_view
+from infra.schema import ConfigError
+from tests.unit.test_render import fixture_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles/monitoring"
+PASSWORD = "a-test-password-of-32-characters"
+RECEIVERS = [{"name": "ops", "url": "https://hooks.example.org/alerts"},
+             {"name": "pager", "url": "http://10.77.0.5:8080/", "send_resolved": False}]
+FILES = {
+    "prometheus.yml": "etc/prometheus/prometheus.yml.j2",
+    "alertmanager.yml": "etc/prometheus/alertmanager.yml.j2",
+    "prometheus.conf": "etc/systemd/system/prometheus.service.d/metalslurm.conf.j2",
+    "alertmanager.conf": "etc/systemd/system/prometheus-alertmanager.service.d/metalslurm.conf.j2",
+}
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (Debian package "
+                    f"{'prometheus' if name == 'promtool' else 'prometheus-alertmanager'})")
+    return path
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("monitoring")
+    inventory = fixture_inventory()
+    inventory["all"]["vars"]["metalslurm_monitoring"]["receivers"] = RECEIVERS
+    (out / "password").write_text(PASSWORD + "\n")
+    tasks = [{"name": f"Render {name}", "ansible.builtin.template": {
+        "src": str(ROLE / "templates" / src), "dest": str(out / name)}}
+        for name, src in FILES.items()]
+    tasks += [
+        {"name": "Render the alert rules", "ansible.builtin.template": {
+            "src": str(ROLE / "templates/etc/prometheus/rules/metalslurm-alerts.yml.j2"),
+            "dest": str(out / "alerts.yml"), "variable_start_string": "[[",
+            "variable_end_string": "]]"},
+         "vars": {k: f"{{{{ __monitoring_rule_values.{k} }}}}" for k in (
+             "pending_threshold", "disk_free_ratio", "shared_paths_regex",
+             "critical_xids_regex")}},
+        {"name": "Write the targets", "ansible.builtin.copy": {
+            "content": "{{ __monitoring_node_targets | to_nice_yaml }}",
+            "dest": str(out / "node.yml")}},
+        {"name": "Write the web config", "ansible.builtin.copy": {
+            "content": "basic_auth_users:\n  {{ monitoring_web_user }}: {{ lookup("
+                       "'ansible.builtin.file', monitoring_password_file) | "
+                       "metalslurm.cluster.web_password_hash | to_json }}\n",
+            "dest": str(out / "web.yml")}},
+    ]
+    play = [{"name": "Render the monitoring role's files", "hosts": "slurm_controller",
+             "gather_facts": False,
+             "vars_files": [str(REPO / "ansible/group_vars/all/metalslurm.yml"),
+                            str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
+             "vars": {"ansible_managed": "rendered by tests/unit/test_monitoring_render.py"},
+             "tasks": tasks}]
+    (out / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (out / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
+    # The role's defaults are read as vars_files here, above the inventory: the secret
+    # file's path comes as an extra var.
+    proc = subprocess.run(["ansible-playbook", "-i", str(out / "inventory.yml"), "-e",
+                           f"monitoring_password_file={out / 'password'}",
+                           str(out / "play.yml")], capture_output=True, text=True, env=env,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return out
+
+
+def test_every_node_is_a_target_with_the_labels_the_rules_join_on(rendered):
+    targets = yaml.safe_load((rendered / "node.yml").read_text())
+    assert targets == [
+        {"targets": ["10.77.0.10:9100"],
+         "labels": {"node": "ctl", "role": "controller", "elastic": "false"}},
+        {"targets": ["10.77.0.11:9100"],
+         "labels": {"node": "gpu-001", "role": "compute", "elastic": "false"}},
+        {"targets": ["10.77.0.12:9100"],
+         "labels": {"node": "gpu-002", "role": "compute", "elastic": "false"}},
+        {"targets": ["10.77.0.13:9100"],
+         "labels": {"node": "gpu-003", "role": "compute", "elastic": "true"}},
+        {"targets": ["10.77.0.14:9100"],
+         "labels": {"node": "gpu-004", "role": "compute", "elastic": "true"}}]
+
+
+def test_prometheus_config_is_valid_and_listens_on_the_private_address(rendered):
+    promtool = tool("promtool")
+    proc = subprocess.run([promtool, "check", "config", "--syntax-only",
+                           str(rendered / "prometheus.yml")], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    config = yaml.safe_load((rendered / "prometheus.yml").read_text())
+    assert config["global"]["scrape_interval"] == "30s"
+    assert [j["job_name"] for j in config["scrape_configs"]] == [
+        "prometheus", "alertmanager", "node", "slurm"]
+    flags = (rendered / "prometheus.conf").read_text()
+    assert "--web.listen-address=10.77.0.10:9090" in flags
+    assert "--web.config.file=/etc/prometheus/metalslurm-web.yml" in flags
+    assert "--storage.tsdb.retention.size=20GB" in flags
+
+
+def test_alertmanager_config_is_valid_and_sends_to_every_receiver(rendered):
+    amtool = tool("amtool")
+    proc = subprocess.run([amtool, "check-config", str(rendered / "alertmanager.yml")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    config = yaml.safe_load((rendered / "alertmanager.yml").read_text())
+    assert config["receivers"] == [{"name": "metalslurm", "webhook_configs": [
+        {"url": "https://hooks.example.org/alerts", "send_resolved": True},
+        {"url": "http://10.77.0.5:8080/", "send_resolved": False}]}]
+    assert "--cluster.listen-address=" in (rendered / "alertmanager.conf").read_text()
+
+
+def test_the_rendered_alert_rules_are_valid(rendered):
+    promtool = tool("promtool")
+    proc = subprocess.run([promtool, "check", "rules", str(rendered / "alerts.yml")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_web_login_is_a_bcrypt_hash_of_the_password(rendered):
+    users = yaml.safe_load((rendered / "web.yml").read_text())["basic_auth_users"]
+    assert list(users) == ["metalslurm"]
+    assert bcrypt.checkpw(PASSWORD.encode(), users["metalslurm"].encode())
+    assert PASSWORD not in (rendered / "web.yml").read_text()
+    promtool = tool("promtool")
+    proc = subprocess.run([promtool, "check", "web-config", str(rendered / "web.yml")],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+BASE = {"metalslurm:provider": "local"}
+
+
+@pytest.mark.parametrize(("section", "problem"), [
+    ({"receivers": [{"name": "ops", "type": "webhook"}]},
+     "metalslurm:monitoring.receivers[0].url: a webhook receiver needs the URL"),
+    ({"receivers": [{"name": "ops", "url": "ftp://x"}]},
+     "metalslurm:monitoring.receivers[0].url: 'ftp://x' is not an http:// or https:// URL"),
+    ({"retentionSize": "10 GB"},
+     "metalslurm:monitoring.retentionSize: '10 GB' is not a Prometheus size"),
+    ({"retentionTime": "two weeks"},
+     "metalslurm:monitoring.retentionTime: 'two weeks' is not a Prometheus duration"),
+    ({"host": "grafana"}, "metalslurm:monitoring.host: 'grafana' is not a machine of this "
+                          "cluster"),
+    ({"scrapeInterval": 15, "exporterInterval": 30},
+     "metalslurm:monitoring.scrapeInterval: 15 s is below the Slurm exporter's interval (30 s)"),
+    ({"exporterInterval": 2}, "metalslurm:monitoring.exporterInterval: 2 is not a whole number "
+                              "of seconds from 5"),
+    ({"diskFreeRatio": 10}, "metalslurm:monitoring.diskFreeRatio: 10 is not a fraction"),
+    ({"scrapInterval": 30}, "metalslurm:monitoring.scrapInterval: unknown key"),
+])
+def test_bad_monitoring_settings_are_refused_naming_the_key(section, problem):
+    with pytest.raises(ConfigError) as err:
+        parse_config({**BASE, "metalslurm:monitoring": section})
+    assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
+
+
+def test_the_monitoring_host_may_be_any_machine_of_the_cluster():
+    cfg = parse_config({**BASE, "metalslurm:monitoring": {"host": "gpu-002"}})
+    assert cfg.monitoring.inventory_vars()["host"] == "gpu-002"
+
+
+def test_a_hand_written_inventory_is_held_to_the_same_rules():
+    inventory = fixture_inventory()
+    inventory["all"]["vars"]["metalslurm_monitoring"] = {"host": "prom", "retention_time": "1x"}
+    problems = inventory_problems(inventory_view(inventory))
+    assert [p for p in problems if "monitoring" in p] == [
+        "metalslurm_monitoring.retention_time: '1x' is not a Prometheus duration (e.g. 15d, "
+        "12h, 2w)",
+        "metalslurm_monitoring.host 'prom' is not a host of this inventory; name one of its "
+        "hosts, or leave it empty (the controller)"]
