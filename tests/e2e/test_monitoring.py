@@ -1,0 +1,224 @@
+"""Monitoring on the Debian 13 cluster: real node_exporters, the real Slurm exporter asking
+the real slurmctld and slurmdbd, real Prometheus and Alertmanager evaluating the project's
+alert rules, and a webhook receiver the tests run on the controller recording what
+Alertmanager sends. The stack scrapes and refreshes every 10 s and groups alerts for 5 s
+(tests/e2e/stacks/Pulumi.e2e-debian13.yaml).
+
+Faults are made for real: slurmd stopped on a node, a fake GPU's device node removed (the
+health checker drains the node). Leaves every node idle and undrained and the recorder
+stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import urllib.parse
+
+import pytest
+
+from tests.e2e.conftest import REPO, wait_for
+
+EXPORTER = "http://10.78.13.10:9341/metrics"
+PROMETHEUS = "http://10.78.13.10:9090"
+ALERTS = "/run/e2e-alerts.jsonl"
+CONSOLE = "10.78.13.10:9090/consoles/metalslurm-overview.html"
+# Kept after the run: what the console looked like in a real browser.
+SCREENSHOT = REPO / ".metalslurm" / "e2e-artifacts" / "monitoring-overview.png"
+RECORDER = "/usr/local/bin/e2e-alert-recorder"
+# A rule's `for:` + a scrape + an evaluation + Alertmanager's group_wait, with margin for
+# a busy two-core machine.
+ALERT_WITHIN = 180
+
+# A webhook receiver (test equipment, not part of the product): every POST Alertmanager
+# makes is appended to ALERTS as one JSON line.
+_RECORDER = f"""#!/usr/bin/python3
+import http.server, json
+class Recorder(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open("{ALERTS}", "a") as f:
+            f.write(json.dumps(json.loads(body)) + "\\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", 9099), Recorder).serve_forever()
+"""
+
+_GET = """
+import base64, sys, urllib.request
+req = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2:
+    password = open("/etc/prometheus/metalslurm-web.password").read().strip()
+    req.add_header("Authorization", "Basic " + base64.b64encode(
+        ("metalslurm:" + password).encode()).decode())
+print(urllib.request.urlopen(req, timeout=10).read().decode())
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(debian13):
+    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ctl(f"cat > {RECORDER} <<'EOF'\n{_RECORDER}EOF\nchmod 755 {RECORDER}; "
+                 f"rm -f {ALERTS}; systemctl stop e2e-alert-recorder 2>/dev/null; "
+                 f"systemctl reset-failed e2e-alert-recorder 2>/dev/null; "
+                 f"systemd-run --unit=e2e-alert-recorder {RECORDER}")
+    yield debian13
+    debian13.on("gpu-002", "systemctl start slurmd", check=False)
+    debian13.on("gpu-001", "[ -e /dev/nvidia5 ] || mknod -m 666 /dev/nvidia5 c 195 5",
+                check=False)
+    debian13.ctl("systemctl stop e2e-alert-recorder", check=False)
+    for node in ("gpu-001", "gpu-002"):
+        wait_for(f"{node} to be idle again", lambda n=node: debian13.ctl(
+            f"sinfo --noheader --Node --partition=train --nodes={n} --format=%T"
+        ).stdout.strip() == "idle", timeout=120)
+
+
+def get(cluster, url: str, login: bool = False) -> str:
+    return cluster.ctl(f"python3 -c {shlex.quote(_GET)} {shlex.quote(url)}"
+                       + (" login" if login else "")).stdout
+
+
+Sample = tuple[str, frozenset, float]  # name, its labels as (name, value) pairs, value
+
+
+def metrics(cluster) -> list[Sample]:
+    """The exporter's samples."""
+    return [parse_sample(line) for line in get(cluster, EXPORTER).splitlines()
+            if line and not line.startswith("#")]
+
+
+def parse_sample(line: str) -> Sample:
+    series, _, value = line.rpartition(" ")
+    name, _, labels = series.partition("{")
+    pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)
+    return name, frozenset(pairs), float(value)
+
+
+def matching(samples: list[Sample], name: str, **labels: str) -> dict[frozenset, float]:
+    """``{labels: value}`` of the samples of ``name`` that have ``labels``."""
+    return {lbl: v for n, lbl, v in samples
+            if n == name and set(labels.items()) <= set(lbl)}
+
+
+def value(samples: list[Sample], name: str, **labels: str) -> float | None:
+    found = [v for lbl, v in matching(samples, name, **labels).items()
+             if dict(lbl) == labels]
+    return found[0] if found else None
+
+
+def received(cluster) -> list[dict]:
+    """Every alert Alertmanager has posted to the recorder, oldest first."""
+    lines = cluster.ctl(f"cat {ALERTS} 2>/dev/null || true").stdout.splitlines()
+    return [a for line in lines if line for a in json.loads(line)["alerts"]]
+
+
+def wait_for_alert(cluster, alertname: str, status: str, node: str) -> dict:
+    def found():
+        return next((a for a in reversed(received(cluster))
+                     if a["labels"]["alertname"] == alertname and a["status"] == status
+                     and a["labels"].get("node") == node), None)
+    return wait_for(f"{alertname} {status} for {node} at the webhook", found,
+                    timeout=ALERT_WITHIN, every=3)
+
+
+def test_the_exporter_sees_every_node_and_gpu(cluster):
+    samples = metrics(cluster)
+    assert value(samples, "slurm_up") == 1
+    states = cluster.ctl("sinfo --noheader --Node --partition=train --format='%N %T'").stdout
+    slurm_view = dict(line.split() for line in states.splitlines())
+    exported = {dict(lbl)["node"] for lbl in matching(samples, "slurm_node_state")}
+    assert exported == set(slurm_view) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004"}
+    # The elastic pair sleeps (idle~): their GPUs count, and are unavailable.
+    sleeping = {dict(lbl)["node"] for lbl, v in
+                matching(samples, "slurm_node_flag", flag="powered_down").items() if v == 1}
+    assert sleeping == {n for n, s in slurm_view.items() if s.endswith("~")}
+    assert value(samples, "slurm_gpus", status="total", type="h100") == 32
+    assert value(samples, "slurm_gpus", status="unavailable", type="h100") == 8 * len(sleeping)
+
+
+def test_a_stopped_slurmd_is_alerted_and_resolved(cluster):
+    cluster.on("gpu-002", "systemctl stop slurmd")
+    alert = wait_for_alert(cluster, "SlurmdDown", "firing", "gpu-002")
+    assert alert["labels"]["severity"] == "warning"
+    assert "gpu-002" in alert["annotations"]["description"]
+    cluster.on("gpu-002", "systemctl start slurmd")
+    wait_for_alert(cluster, "SlurmdDown", "resolved", "gpu-002")
+
+
+def test_a_health_drain_shows_with_its_reason_and_goes(cluster):
+    cluster.on("gpu-001", "rm /dev/nvidia5")
+    reason = "metalslurm-health: gpu_devices: 7 of 8 GPU devices (missing /dev/nvidia5)"
+    drained = wait_for("the exporter to show gpu-001 drained", lambda: matching(
+        metrics(cluster), "slurm_node_drain_info", node="gpu-001"), timeout=90)
+    assert [(dict(lbl), v) for lbl, v in drained.items()] == [
+        ({"node": "gpu-001", "owner": "metalslurm-health", "reason": reason}, 1.0)]
+    alert = wait_for_alert(cluster, "SlurmNodeDrainedByHealthCheck", "firing", "gpu-001")
+    assert reason in alert["annotations"]["description"]
+    cluster.on("gpu-001", "mknod -m 666 /dev/nvidia5 c 195 5")
+    wait_for("the drain to leave the exporter", lambda: not matching(
+        metrics(cluster), "slurm_node_drain_info", node="gpu-001"), timeout=90)
+    wait_for_alert(cluster, "SlurmNodeDrainedByHealthCheck", "resolved", "gpu-001")
+
+
+def test_gpu_seconds_per_account_rise_by_the_jobs_gpu_seconds(cluster):
+    def counted(samples, account):
+        return value(samples, "slurm_account_gpu_seconds_total", account=account) or 0
+
+    before = metrics(cluster)
+    jobs = {"team-a": cluster.submit("alice", "--gres=gpu:h100:2 --time=2 --wrap='sleep 4'"),
+            "team-b": cluster.submit("bob", "--gres=gpu:h100:1 --time=2 --wrap='sleep 3'")}
+    for job in jobs.values():
+        assert cluster.wait_until_done(job) == "COMPLETED"
+    expected = {}
+    for account, job in jobs.items():
+        [[elapsed, tres]] = cluster.sacct_rows(job, "ElapsedRaw,AllocTRES")
+        gpus = int(re.search(r"gres/gpu=(\d+)", tres).group(1))
+        expected[account] = counted(before, account) + int(elapsed) * gpus
+    wait_for("the exporter to count both jobs", lambda: all(
+        counted(metrics(cluster), a) >= v for a, v in expected.items()), timeout=60)
+    after = metrics(cluster)
+    assert {a: counted(after, a) for a in expected} == expected
+
+
+def test_prometheus_evaluates_the_rules_and_keeps_the_gpu_totals(cluster):
+    query = urllib.parse.quote('sum(slurm_gpus{status="total"})')
+    out = json.loads(get(cluster, f"{PROMETHEUS}/api/v1/query?query={query}", login=True))
+    assert float(out["data"]["result"][0]["value"][1]) == 32
+    groups = json.loads(get(cluster, f"{PROMETHEUS}/api/v1/rules", login=True))["data"]["groups"]
+    unhealthy = {r["name"]: r.get("lastError") for g in groups for r in g["rules"]
+                 if r.get("health") != "ok"}
+    assert unhealthy == {}
+
+
+def chromium(*args: str) -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("chromium is not installed (Debian package chromium; make deps installs it)")
+    proc = subprocess.run([path, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--virtual-time-budget=8000", *args], capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_overview_console_shows_the_cluster_in_a_browser(cluster):
+    """Headless Chromium loads the console with the login, runs its scripts (the graphs
+    query Prometheus from the page) and shows 4 nodes and 32 GPUs; the screenshot is kept."""
+    password = (cluster.state / "secrets" / "monitoring.password").read_text().strip()
+    url = f"http://metalslurm:{password}@{CONSOLE}"
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    chromium("--window-size=1400,1900", f"--screenshot={SCREENSHOT}", url)
+    assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = chromium("--dump-dom", url)
+    big = dict((label, int(number)) for number, label in re.findall(
+        r">\s*(\d+)\s*</div>\s*<div>([A-Za-z ]+)</div>", dom))
+    assert (big["nodes"], big["GPUs"]) == (4, 32)
+    # The three graphs (nodes by state, GPUs, queue) were drawn from Prometheus' answers.
+    assert dom.count("<svg") >= 3
+    assert "gpu-003" in dom and "powered_down" in dom
