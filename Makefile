@@ -4,7 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= Pulumi.local.yaml
 APT_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client python3-venv tar gnupg
-HOST_TOOLS := podman runc debootstrap ssh ssh-keygen gpg gpg-agent dpkg-deb
+HOST_TOOLS := podman runc debootstrap ssh ssh-keygen gpg gpg-agent dpkg-deb promtool amtool chromium
+# promtool and amtool check the monitoring files in 'make unit'; chromium looks at the console
+# in 'make e2e'. Without their recommends (chromium's and prometheus' pull in much more).
+APT_NO_RECOMMENDS := prometheus prometheus-alertmanager chromium fonts-dejavu-core
 
 .PHONY: deps host-deps up down status test lint unit e2e bench clean
 
@@ -15,7 +18,8 @@ host-deps:
 	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing host packages (missing:$$missing)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_NO_RECOMMENDS); \
 	fi
 
 $(VENV)/.installed: pyproject.toml constraints.txt ansible/collections/pyproject.toml \

@@ -31,7 +31,8 @@ BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "openssh-server"
 # Downloaded (not installed) into the image so the roles' apt tasks find them locally.
 # Only a speed-up: a package missing here is fetched from the mirror by the role.
 PREFETCH_PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server",
-                     "python3-pymysql")
+                     "python3-pymysql", "prometheus", "prometheus-alertmanager",
+                     "prometheus-node-exporter", "python3-prometheus-client")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
