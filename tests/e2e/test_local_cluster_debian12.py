@@ -133,6 +133,23 @@ def test_slurm_22_05_schedules_with_the_stacks_switch_tree(configured):
         "TopologyPlugin=topology/tree"
 
 
+def test_the_slurm_exporter_reads_slurm_22_05(configured):
+    """The exporter on 22.05 (text forms; sdiag and sshare without --json): every node in
+    the state sinfo gives it, every Slurm command answered, the GPUs counted."""
+    address = yaml.safe_load(INVENTORY.read_text())["all"]["hosts"]["ctl"]["metalslurm_address"]
+    metrics = node_sh("ctl", f"curl -sf http://{address}:9341/metrics").splitlines()
+    states = dict(re.fullmatch(r'slurm_node_state\{node="([^"]+)",state="([^"]+)"\} 1\.0', m)
+                  .groups() for m in metrics if m.startswith("slurm_node_state{"))
+    sinfo = dict(line.split() for line in node_sh(
+        "ctl", "sinfo --noheader --Node --partition=train --format='%N %T'").splitlines())
+    assert states == {n: s.rstrip("*~#%!") for n, s in sinfo.items()} == {
+        "gpu-001": "idle", "gpu-002": "idle"}
+    assert "slurm_up 1.0" in metrics
+    assert [m for m in metrics if m.startswith("slurm_exporter_command_up{")
+            and not m.endswith(" 1.0")] == []
+    assert 'slurm_gpus{status="total",type="h100"} 8.0' in metrics
+
+
 def test_verify_suite_passes(configured):
     proc = metalslurm("verify", "-i", str(INVENTORY), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]

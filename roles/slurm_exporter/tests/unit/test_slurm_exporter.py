@@ -584,7 +584,16 @@ def test_records_ended_before_the_window_are_not_counted():
     """Jobs that ended before the exporter started (sacct's window is wider than ours)."""
     exporter = exporter_mod.Exporter(runner=local_cluster(), clock=Clock(LOCAL_NOW))
     exporter.refresh()
-    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {}
+    # Every account sshare knows starts at 0 (so increase() sees its first job).
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {
+        "team-a": 0, "team-b": 0}
+
+
+def test_an_account_without_jobs_yet_has_a_counter_at_zero():
+    slurm = local_cluster(sacct="")
+    exporter = refreshed(slurm)
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {
+        "team-a": 0, "team-b": 0}
 
 
 def test_failed_sacct_keeps_the_window():
