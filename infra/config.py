@@ -636,7 +636,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     machines = [n for p in pools for n in p.node_names()] + [controller_name or "ctl"]
     if storage.backend == "nfs":
         machines.append(storage.server)
-    monitoring = parse_monitoring(c, raw, machines)
+    monitoring = parse_monitoring(c, raw, machines,
+                                  [n for p in pools for n in p.elastic_names()])
 
     if c.problems:
         raise ConfigError(c.problems, source, value)

@@ -30,8 +30,8 @@ _INVENTORY_NAME = {camel: snake for snake, camel in STACK_NAMES.items()}
 
 @dataclass(frozen=True)
 class MonitoringSettings:
-    """``metalslurm:monitoring``, parsed: the inventory's ``metalslurm_monitoring`` (only the
-    keys the stack sets; the roles fill in the rest from the same defaults table)."""
+    """``metalslurm:monitoring``, parsed: ``given`` holds the keys the stack sets; the
+    inventory gets them over the defaults table (the roles read the same table)."""
 
     given: Mapping[str, Any] = field(default_factory=dict)
 
@@ -43,10 +43,11 @@ class MonitoringSettings:
         return {**MONITORING_DEFAULTS, **self.given}
 
 
-def parse_monitoring(c: Collector, raw: Mapping[str, Any],
-                     hosts: Iterable[str]) -> MonitoringSettings:
+def parse_monitoring(c: Collector, raw: Mapping[str, Any], hosts: Iterable[str],
+                     elastic: Iterable[str] = ()) -> MonitoringSettings:
     """The section, every problem recorded in ``c`` with its stack key; ``hosts``: the names
-    of the cluster's machines (the monitoring host must be one of them)."""
+    of the cluster's machines (the monitoring host must be one of them); ``elastic``: those
+    Slurm powers down when idle (it must not be one of those)."""
     where = stack_key("monitoring")
     item = c.mapping(raw, "monitoring", where)
     c.unknown_keys(item, tuple(STACK_NAMES.values()), where)
@@ -59,4 +60,8 @@ def parse_monitoring(c: Collector, raw: Mapping[str, Any],
     if isinstance(host, str) and host and host not in names:
         c.problem(f"{where}.host", f"{host!r} is not a machine of this cluster; name one of "
                   f"{', '.join(names)} (or leave it out: the controller)")
+    elif isinstance(host, str) and host in set(elastic):
+        c.problem(f"{where}.host", f"{host!r} is an elastic node: Slurm powers it down when "
+                  "idle, and Prometheus with it; name a static machine (or leave it out: the "
+                  "controller)")
     return MonitoringSettings(given=given)

@@ -182,9 +182,24 @@ def test_bad_monitoring_settings_are_refused_naming_the_key(section, problem):
     assert any(p.startswith(problem) for p in err.value.problems), err.value.problems
 
 
-def test_the_monitoring_host_may_be_any_machine_of_the_cluster():
+def test_the_monitoring_host_may_be_any_static_machine_of_the_cluster():
     cfg = parse_config({**BASE, "metalslurm:monitoring": {"host": "gpu-002"}})
     assert cfg.monitoring.inventory_vars()["host"] == "gpu-002"
+
+
+def test_an_elastic_node_cannot_be_the_monitoring_host():
+    pools = [{"name": "gpu", "count": 1, "elasticCount": 1}]
+    with pytest.raises(ConfigError) as err:
+        parse_config({**BASE, "metalslurm:computePools": pools,
+                      "metalslurm:monitoring": {"host": "gpu-002"}})
+    assert err.value.problems == [
+        "metalslurm:monitoring.host: 'gpu-002' is an elastic node: Slurm powers it down when "
+        "idle, and Prometheus with it; name a static machine (or leave it out: the controller)"]
+    inventory = fixture_inventory()
+    inventory["all"]["vars"]["metalslurm_monitoring"] = {"host": "gpu-003"}
+    assert [p for p in inventory_problems(inventory_view(inventory)) if "monitoring" in p] == [
+        "metalslurm_monitoring.host 'gpu-003' is an elastic node (Slurm powers it down when "
+        "idle, and Prometheus with it); name a static host"]
 
 
 def test_a_hand_written_inventory_is_held_to_the_same_rules():

@@ -196,6 +196,9 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     if isinstance(host, str) and host and host not in all_hosts:
         problems.append(f"metalslurm_monitoring.host {host!r} is not a host of this inventory; "
                         "name one of its hosts, or leave it empty (the controller)")
+    elif isinstance(host, str) and _get(hostvars, host, "metalslurm_node_state") == "cloud":
+        problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
+                        "it down when idle, and Prometheus with it); name a static host")
     return problems
 
 
