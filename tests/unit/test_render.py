@@ -64,12 +64,16 @@ def fixture_inventory() -> dict:
     return inventory
 
 
-def run_render(tmp_path: Path, releases: tuple[str, ...],
-               extra_vars: dict | None = None) -> subprocess.CompletedProcess[str]:
+def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | None = None,
+               static_prolog: bool = False) -> subprocess.CompletedProcess[str]:
     handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
                 for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
     facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
                   "gather_facts": False, "tasks": [set_facts_task(NODE_FACTS)]}
+    if static_prolog:  # as gpu_job_map publishes it on the nodes that are up (the static ones)
+        facts_play["tasks"].append({"ansible.builtin.set_fact": {
+            "metalslurm_node": {"job_prolog": "/usr/local/sbin/metalslurm-prolog"}},
+            "when": "metalslurm_node_state == 'static'"})
     play = [facts_play, {
         "name": "Render the controller's Slurm files for each release",
         "hosts": "slurm_controller", "gather_facts": False,
@@ -176,6 +180,31 @@ def test_gres_conf_takes_the_gpu_facts_kept_on_the_controller(by_hand):
         "NodeName=gpu-[002,004] File=/dev/nvidia[0-7] Name=gpu Type=h100"]
     assert json.loads((by_hand / "24.11/compute-gpus.json").read_text()) == {
         "gpu-001": GPU_FACTS, "gpu-003": GPU_FACTS}
+
+
+@pytest.mark.parametrize(("kept", "prolog", "now_kept"), [
+    (["gpu-003", "gpu-004", "gpu-099"], True, ["gpu-001", "gpu-002", "gpu-003", "gpu-004"]),
+    (None, False, ["gpu-001", "gpu-002"]),
+], ids=["elastic-nodes-kept", "elastic-nodes-never-had-it"])
+def test_the_prolog_is_named_only_once_every_compute_node_has_it(tmp_path, kept, prolog,
+                                                                 now_kept):
+    """The static nodes publish metalslurm_node.job_prolog in this run; the powered-down
+    elastic ones (gpu-003, gpu-004) count only where the controller kept them from a run
+    in which they were up. Without them, no Prolog (it would drain them when they resume)
+    and a NOTE says what to do."""
+    (tmp_path / "24.11").mkdir()
+    if kept is not None:
+        (tmp_path / "24.11/compute-prolog.json").write_text(json.dumps(kept))
+    proc = run_render(tmp_path, ("24.11",), static_prolog=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    conf = settings(tmp_path / "24.11/slurm.conf")
+    named = {k: conf.get(k) for k in ("Prolog", "Epilog", "PrologFlags")}
+    assert named == ({"Prolog": "/usr/local/sbin/metalslurm-prolog",
+                      "Epilog": "/usr/local/sbin/metalslurm-epilog", "PrologFlags": "Alloc"}
+                     if prolog else {"Prolog": None, "Epilog": None, "PrologFlags": None})
+    assert ("Prolog) waits for gpu-[003-004]" in proc.stdout) is not prolog
+    assert ("(scontrol update NodeName=gpu-[003-004]" in proc.stdout) is not prolog
+    assert json.loads((tmp_path / "24.11/compute-prolog.json").read_text()) == now_kept
 
 
 def test_an_inventory_without_timings_gets_the_providers_defaults(by_hand):

@@ -287,6 +287,18 @@ def test_slurm_conf_names_the_health_checker_where_its_role_installs_it():
         role_defaults("slurm_health")["slurm_health_program"]
 
 
+def test_slurm_conf_names_the_prolog_and_epilog_where_their_role_installs_them():
+    controller, role = role_defaults("slurm_controller"), role_defaults("gpu_job_map")
+    assert (controller["slurm_controller_job_prolog"], controller["slurm_controller_job_epilog"]) \
+        == (role["gpu_job_map_prolog"], role["gpu_job_map_epilog"])
+
+
+def test_the_gpu_job_map_writes_where_node_exporter_reads():
+    program = (ROLES / "gpu_job_map/files/metalslurm-gpu-jobs").read_text()
+    textfile_dir = re.search(r'^TEXTFILE_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
+    assert textfile_dir == role_defaults("node_exporter")["node_exporter_textfile_dir"]
+
+
 def test_slurm_runs_as_the_user_the_common_role_creates():
     assert role_defaults("slurm_common")["slurm_common_user"] == \
         role_defaults("common")["common_slurm_user"]
