@@ -11,18 +11,23 @@ stopped.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import shlex
 import shutil
 import subprocess
 import urllib.parse
+import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.e2e.conftest import REPO, wait_for
+from tests.e2e.conftest import REPO, metalslurm, wait_for
+from tests.e2e.test_health import GPU_FIXTURES, STAND_IN, stand_in_nvidia_smi
 
 EXPORTER = "http://10.78.13.10:9341/metrics"
+GPU_001_NODE_EXPORTER = "http://10.78.13.11:9100/metrics"
 PROMETHEUS = "http://10.78.13.10:9090"
 ALERTS = "/run/e2e-alerts.jsonl"
 CONSOLE = "10.78.13.10:9090/consoles/metalslurm-overview.html"
@@ -165,6 +170,60 @@ def test_a_health_drain_shows_with_its_reason_and_goes(cluster):
     wait_for_alert(cluster, "SlurmNodeDrainedByHealthCheck", "resolved", "gpu-001")
 
 
+def prometheus_query(cluster, query: str, at: float | None = None) -> list[dict]:
+    args = {"query": query} | ({"time": f"{at:.3f}"} if at is not None else {})
+    out = json.loads(get(cluster, f"{PROMETHEUS}/api/v1/query?{urllib.parse.urlencode(args)}",
+                         login=True))
+    assert out["status"] == "success", out
+    return out["data"]["result"]
+
+
+def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster):
+    """The prolog/epilog (roles/gpu_job_map) on gpu-001's fake GPUs, their UUIDs from a
+    STAND-IN nvidia-smi replaying the DGX H100 fixture; the job's series reach Prometheus
+    through node_exporter and leave when the job ends."""
+    assert re.search(r"^Prolog(\[0\])? *= /usr/local/sbin/metalslurm-prolog$",  # [0]: 24.11
+                     cluster.ctl("scontrol show config").stdout, re.M)
+    stand_in_nvidia_smi(cluster, "gpu-001", "dgx-h100-healthy.xml")
+    cluster.on("gpu-001", "rm -f /run/metalslurm/gpu-jobs/gpus.json")  # read them again
+    uuids = {int(g.findtext("minor_number")): g.findtext("uuid") for g in ET.parse(
+        GPU_FIXTURES / "dgx-h100-healthy.xml").getroot().findall("gpu")}
+    team_a = value(metrics(cluster), "slurm_account_gpu_seconds_total", account="team-a") or 0
+    try:
+        job = cluster.submit("alice", "--nodelist=gpu-001 --gres=gpu:h100:2 --time=2 "
+                                      "--wrap='sleep 300'")
+        wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING")
+        detail = cluster.ctl(f"scontrol show job -d {job}").stdout
+        first, last = re.search(r"GRES=gpu:h100:2\(IDX:(\d+)-(\d+)\)", detail).groups()
+        held = [int(first), int(last)]
+        want = sorted((str(m), uuids[m], str(m), job, "alice", "team-a", "train") for m in held)
+        keys = ("gpu", "UUID", "minor", "jobid", "user", "account", "partition")
+
+        def exported():
+            return sorted(tuple(dict(lbl).get(k, "") for k in keys) for lbl in matching(
+                [parse_sample(line) for line in get(cluster, GPU_001_NODE_EXPORTER).splitlines()
+                 if line.startswith("metalslurm_gpu_job_info")], "metalslurm_gpu_job_info"))
+        assert exported() == want
+        assert cluster.on("gpu-001", "head -q /run/metalslurm/dcgm-job-map/*").stdout.split() \
+            == [job, job]
+        in_prometheus = wait_for("Prometheus to scrape the job's GPUs", lambda: prometheus_query(
+            cluster, f'metalslurm_gpu_job_info{{jobid="{job}"}}'), timeout=60)
+        assert sorted((r["metric"]["node"], r["metric"]["minor"], r["metric"]["user"],
+                       r["metric"]["account"]) for r in in_prometheus) == [
+            ("gpu-001", str(m), "alice", "team-a") for m in held]
+        cluster.ctl(f"scancel {job}")
+        wait_for("the epilog to release the GPUs", lambda: exported() == [], timeout=60)
+        assert cluster.on("gpu-001", "ls /run/metalslurm/dcgm-job-map").stdout.split() == []
+        # The tests after this one count GPU-seconds: this job's are counted before it ends.
+        assert cluster.wait_until_done(job).startswith("CANCELLED")
+        [[elapsed]] = cluster.sacct_rows(job, "ElapsedRaw")
+        wait_for("the exporter to count the cancelled job", lambda: value(
+            metrics(cluster), "slurm_account_gpu_seconds_total", account="team-a")
+            == team_a + 2 * int(elapsed), timeout=60)
+    finally:
+        cluster.on("gpu-001", f"rm -f {STAND_IN} /run/metalslurm/gpu-jobs/gpus.json")
+
+
 def test_gpu_seconds_per_account_rise_by_the_jobs_gpu_seconds(cluster):
     def counted(samples, account):
         return value(samples, "slurm_account_gpu_seconds_total", account=account) or 0
@@ -183,6 +242,37 @@ def test_gpu_seconds_per_account_rise_by_the_jobs_gpu_seconds(cluster):
         counted(metrics(cluster), a) >= v for a, v in expected.items()), timeout=60)
     after = metrics(cluster)
     assert {a: counted(after, a) for a in expected} == expected
+
+
+def test_the_gpu_hours_rule_agrees_with_the_usage_report(cluster):
+    """The recording rule's expression (as Prometheus loaded it) evaluated now, against
+    `metalslurm report usage` for the same hour: every account within 1 %. The jobs of the
+    tests before (and of the other modules on this cluster) are in the window."""
+    groups = json.loads(get(cluster, f"{PROMETHEUS}/api/v1/rules", login=True))["data"]["groups"]
+    [expr] = [r["query"] for g in groups for r in g["rules"]
+              if r.get("name") == "account:slurm_gpu_seconds:increase1h"]
+    exported = {dict(lbl)["account"]: v for lbl, v in matching(
+        metrics(cluster), "slurm_account_gpu_seconds_total").items()}
+    wait_for("Prometheus to scrape the exporter's counters", lambda: {
+        r["metric"]["account"]: float(r["value"][1]) for r in prometheus_query(
+            cluster, "slurm_account_gpu_seconds_total")} == exported, timeout=60)
+    # A whole second after that scrape, so the evaluation sees it.
+    scraped = max(float(r["value"][1]) for r in prometheus_query(
+        cluster, "timestamp(slurm_account_gpu_seconds_total)"))
+    now = max(int(cluster.ctl("date +%s").stdout), int(scraped) + 1)
+    start, end = (cluster.ctl(f"date -d @{t} +%Y-%m-%dT%H:%M:%S").stdout.strip()
+                  for t in (now - 3600, now))
+    from_rule = {r["metric"]["account"]: float(r["value"][1])
+                 for r in prometheus_query(cluster, expr, at=now)}
+    proc = metalslurm("report", "usage", "--stack", str(cluster.stack), "--start", start,
+                      "--end", end, "--csv")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reported = {r["account"]: int(r["gpu_seconds"]) for r in csv.DictReader(
+        io.StringIO(proc.stdout)) if r["scope"] == "account"}
+    assert reported["team-a"] > 0 and reported["team-b"] > 0, reported
+    for account in set(reported) | set(from_rule):
+        assert from_rule.get(account, 0) == pytest.approx(reported.get(account, 0), rel=0.01), \
+            (account, from_rule, reported)
 
 
 def test_prometheus_evaluates_the_rules_and_keeps_the_gpu_totals(cluster):
