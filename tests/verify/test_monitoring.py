@@ -11,6 +11,7 @@ checks run the same over SSH on a real cluster and on the local one.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -84,6 +85,23 @@ def test_node_exporter_reports_the_nodes_daemons(host, host_name, cluster):
                                "slurmrestd", "metalslurm-slurm-exporter", "prometheus",
                                "prometheus-alertmanager"))
     assert active == expected
+
+
+def test_compute_nodes_have_the_gpu_job_prolog_that_slurm_conf_names(host, host_name, cluster):
+    """Slurm runs the prolog/epilog of roles/gpu_job_map on every compute node (a Prolog a
+    node lacks would drain it); it never fails, even for a job that does not exist."""
+    if host_name not in cluster.compute:
+        pytest.skip(f"{host_name} is not a compute node")
+    conf = host.check_output("scontrol show config")
+    assert "/usr/local/sbin/metalslurm-prolog" in conf
+    assert re.search(r"^PrologFlags *= Alloc$", conf, re.M)
+    for name in ("metalslurm-prolog", "metalslurm-epilog"):
+        link = host.file(f"/usr/local/sbin/{name}")
+        assert link.is_symlink and link.linked_to == "/usr/local/sbin/metalslurm-gpu-jobs"
+    program = host.file("/usr/local/sbin/metalslurm-gpu-jobs")
+    assert (program.user, program.group, program.mode) == ("root", "root", 0o755)
+    run = host.run("SLURM_JOB_ID=0 /usr/local/sbin/metalslurm-epilog")
+    assert (run.rc, run.stdout) == (0, "")
 
 
 def test_the_slurm_exporter_answers_and_reaches_slurm(controller, cluster):
