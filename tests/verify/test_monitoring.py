@@ -91,7 +91,7 @@ def test_compute_nodes_have_the_gpu_job_prolog_that_slurm_conf_names(host, host_
     """Slurm runs the prolog/epilog of roles/gpu_job_map on every compute node (a Prolog a
     node lacks would drain it); it never fails, even for a job that does not exist."""
     if host_name not in cluster.compute:
-        pytest.skip(f"{host_name} is not a compute node")
+        pytest.skip(f"{host_name} runs no jobs")
     conf = host.check_output("scontrol show config")
     assert "/usr/local/sbin/metalslurm-prolog" in conf
     assert re.search(r"^PrologFlags *= Alloc$", conf, re.M)
