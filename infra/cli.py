@@ -114,7 +114,11 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     from infra.configure import print_summary, run_playbook
     from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
-    from infra.state import ensure_cluster_secrets, write_credentials_file
+    from infra.state import (
+        ensure_cluster_secrets,
+        write_alert_secrets_file,
+        write_credentials_file,
+    )
     from infra.verify import run_verify
 
     cluster.preflight()
@@ -126,6 +130,8 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
         secret_files = ensure_cluster_secrets(cluster.state)
         if cfg.containers.enabled and cfg.containers.credentials_file:
             secret_files |= write_credentials_file(cluster.state, cfg.containers.credentials_file)
+        if cfg.monitoring.enabled and cfg.monitoring.secrets_file:
+            secret_files |= write_alert_secrets_file(cluster.state, cfg.monitoring.secrets_file)
         inventory = write_local_inventory(cfg, cluster, secret_files)
         for row in cluster.status():
             say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")

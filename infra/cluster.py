@@ -38,6 +38,8 @@ def secret_vars(args: ClusterArgs) -> dict[str, str]:
         names.append("slurm_elastic_credentials_file")
     if args.registry_credentials is not None:
         names.append("registry_credentials_file")
+    if args.alert_secrets is not None:
+        names.append("monitoring_alert_secrets_file")
     return StateDir(args.state_dir).secret_vars(names)
 
 
@@ -103,6 +105,10 @@ class Cluster(pulumi.ComponentResource):
         if args.registry_credentials is not None:
             environment["METALSLURM_REGISTRY_CREDENTIALS"] = pulumi.Output.secret(
                 pulumi.Output.from_input(args.registry_credentials).apply(
+                    lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
+        if args.alert_secrets is not None:
+            environment["METALSLURM_ALERT_SECRETS"] = pulumi.Output.secret(
+                pulumi.Output.from_input(args.alert_secrets).apply(
                     lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
         run = [sys.executable, "-m", "infra.pulumi_configure", "--state-dir",
                str(args.state_dir.resolve())]

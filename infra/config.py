@@ -85,7 +85,7 @@ RESERVED_HOST_ADDRESSES = 9
 DEFAULT_JOB_TIME = "1-00:00:00"
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
-SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials")
+SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials", "alertSecrets")
 
 # The shared research cluster of the seed guide: a short debug queue (one node per job),
 # the default train queue, and a priority queue whose jobs preempt (requeue) train and
@@ -159,7 +159,7 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("monitoring", "Prometheus, Alertmanager and the exporters - enabled, host, "
              "scrapeInterval, exporterInterval, retentionTime, retentionSize, "
              "pendingThreshold, diskFreeRatio, groupWait, groupInterval, repeatInterval, "
-             "receivers.", {}),
+             "receivers (webhook, slack, email), secretsFile.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
              "branch, version, fabricManager, fabricManagerVersion, dcgm, gpudirect, "
              "containerToolkit, mig, rebootPolicy, repository, containerToolkitRepository.", {}),
@@ -174,6 +174,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              secret=True),
     StackKey("registryCredentials", "Container registry logins written into each cluster "
              "user's Enroot credentials - [{host, login, password}].", secret=True),
+    StackKey("alertSecrets", "The alert receivers' credentials - {<receiver>: {url} for "
+             "Slack, {password} for e-mail with a username}.", secret=True),
 )
 TOP_KEYS = tuple(k.name for k in STACK_KEYS)
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in STACK_KEYS if k.default is not None}
@@ -637,7 +639,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     if storage.backend == "nfs":
         machines.append(storage.server)
     monitoring = parse_monitoring(c, raw, machines,
-                                  [n for p in pools for n in p.elastic_names()])
+                                  [n for p in pools for n in p.elastic_names()], base_dir,
+                                  secrets["alertSecrets"])
 
     if c.problems:
         raise ConfigError(c.problems, source, value)

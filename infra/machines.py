@@ -30,6 +30,9 @@ class ClusterArgs:
     # Registry logins for Enroot: the secret metalslurm:registryCredentials, or the content
     # of metalslurm:containers.credentialsFile.
     registry_credentials: pulumi.Input[Any] | None = None
+    # The alert receivers' credentials: the secret metalslurm:alertSecrets, or the content
+    # of metalslurm:monitoring.secretsFile.
+    alert_secrets: pulumi.Input[Any] | None = None
 
 
 @dataclass

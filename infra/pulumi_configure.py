@@ -35,6 +35,7 @@ SECRET_ENV = {
     "slurm_elastic_credentials_file": "METALSLURM_BMC_CREDENTIALS",
     "registry_credentials_file": "METALSLURM_REGISTRY_CREDENTIALS",
     "monitoring_password_file": "METALSLURM_MONITORING_PASSWORD",
+    "monitoring_alert_secrets_file": "METALSLURM_ALERT_SECRETS",
 }
 
 

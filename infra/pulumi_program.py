@@ -77,11 +77,15 @@ def main() -> None:
     registry = conf.get_secret_object("registryCredentials")
     if registry is None and cfg.containers.credentials_file:
         registry = pulumi.Output.secret(Path(cfg.containers.credentials_file).read_text())
+    alerts = conf.get_secret_object("alertSecrets")
+    if alerts is None and cfg.monitoring.secrets_file:
+        alerts = pulumi.Output.secret(Path(cfg.monitoring.secrets_file).read_text())
     stack = pulumi.get_stack()
     cluster = Cluster(cfg.cluster_name, ClusterArgs(
         config=cfg, stack=stack, repo_root=REPO_ROOT,
         state_dir=REPO_ROOT / ".metalslurm" / stack,
-        ssh_private_key=ssh_key, bmc_credentials=bmc, registry_credentials=registry))
+        ssh_private_key=ssh_key, bmc_credentials=bmc, registry_credentials=registry,
+        alert_secrets=alerts))
     pulumi.export("inventory", cluster.inventory)
     pulumi.export("controllerAddress", cluster.controller_address)
     pulumi.export("bastionAddress", cluster.bastion_address)

@@ -54,6 +54,7 @@ from typing import Any
 import yaml
 
 from infra.containers_config import ContainersError, checked_credentials
+from infra.monitoring_config import read_alert_secrets
 
 # Inventory variable naming a secret file -> the file's name under secrets/.
 SECRET_FILES = {
@@ -64,6 +65,7 @@ SECRET_FILES = {
     "slurm_elastic_credentials_file": "bmc-credentials.json",
     "registry_credentials_file": "registry-credentials.json",
     "monitoring_password_file": "monitoring.password",
+    "monitoring_alert_secrets_file": "alert-secrets.json",
 }
 # The secrets every cluster has; the others depend on the provider.
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file",
@@ -113,6 +115,17 @@ def checked_secret(var: str, value: str) -> str:
             raise SecretError(str(exc)) from None
     if var == "ansible_ssh_private_key_file":
         return value.rstrip("\n") + "\n"  # OpenSSH refuses a key without a final newline
+    if var == "monitoring_alert_secrets_file":
+        try:
+            secrets = read_alert_secrets(value)
+        except ValueError:
+            raise SecretError("metalslurm:alertSecrets: not YAML or JSON") from None
+        if not isinstance(secrets, Mapping) or not all(
+                isinstance(v, Mapping) and all(isinstance(x, str) for x in v.values())
+                for v in secrets.values()):
+            raise SecretError("metalslurm:alertSecrets: must map each receiver's name to "
+                              "{field: text} (url for slack, password for email)")
+        return json.dumps(secrets, sort_keys=True) + "\n"
     if var in ("slurmdbd_password_file", "monitoring_password_file"):
         return value.strip() + "\n"
     raise SecretError(f"{var}: not a secret file metalslurm knows")
@@ -223,6 +236,13 @@ def write_credentials_file(state: StateDir, source: str) -> dict[str, str]:
     file (checked, 0600); returns the inventory var naming it."""
     state.write_secret("registry_credentials_file", Path(source).read_text())
     return state.secret_vars(["registry_credentials_file"])
+
+
+def write_alert_secrets_file(state: StateDir, source: str) -> dict[str, str]:
+    """The receivers' credentials of ``metalslurm:monitoring.secretsFile`` as a secret file
+    (checked, 0600); returns the inventory var naming it."""
+    state.write_secret("monitoring_alert_secrets_file", Path(source).read_text())
+    return state.secret_vars(["monitoring_alert_secrets_file"])
 
 
 def new_munge_key() -> str:

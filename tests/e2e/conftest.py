@@ -34,6 +34,16 @@ STACKS = Path(__file__).resolve().parent / "stacks"
 VENDOR_CANDIDATES = (REPO.parent / "shared" / "vendor", Path("/work/shared/vendor"))
 # Registry logins the e2e clusters get (a registry no test reaches: only the file matters).
 E2E_REGISTRY = "registry.e2e.invalid"
+# The e-mail receiver's SMTP password (test data, not a credential: the server it logs in to
+# is the test's own, on the controller's loopback).
+E2E_SMTP_PASSWORD = "e2e-not-a-real-smtp-password"
+# The Slack and e-mail receivers of a stack with the webhook recorder: the test's own servers
+# on the controller's loopback (tests/e2e/test_monitoring.py).
+E2E_RECEIVERS = [
+    {"name": "e2e-slack", "type": "slack", "channel": "#e2e-alerts"},
+    {"name": "e2e-mail", "type": "email", "to": "hpc-ops@ms-e2e13.example",
+     "from": "alertmanager@ms-e2e13.example", "smarthost": "127.0.0.1:2525",
+     "username": "e2e-alerts", "requireTls": False}]
 
 
 def vendor_dir() -> Path | None:
@@ -65,6 +75,16 @@ def e2e_stack(file_name: str) -> Path:
             creds.write_text(yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
                                               "password": "e2e-not-a-real-password"}]))
             containers["credentialsFile"] = str(creds)
+    monitoring = config.get("metalslurm:monitoring") or {}
+    if any(r.get("name") == "e2e-recorder" for r in monitoring.get("receivers") or []):
+        monitoring["receivers"] += E2E_RECEIVERS
+        secrets = out_dir / "alert-secrets.yaml"
+        secrets.touch(mode=0o600)
+        secrets.chmod(0o600)
+        secrets.write_text(yaml.safe_dump({
+            "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
+            "e2e-mail": {"password": E2E_SMTP_PASSWORD}}))
+        monitoring["secretsFile"] = str(secrets)
     discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
     if discovery.get("simulator"):
         discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.e2e.conftest import REPO, metalslurm, wait_for
+from tests.e2e.conftest import E2E_SMTP_PASSWORD, REPO, metalslurm, wait_for
 from tests.e2e.test_health import GPU_FIXTURES, STAND_IN, stand_in_nvidia_smi
 
 EXPORTER = "http://10.78.13.10:9341/metrics"
@@ -38,20 +38,68 @@ RECORDER = "/usr/local/bin/e2e-alert-recorder"
 # a busy two-core machine.
 ALERT_WITHIN = 180
 
-# A webhook receiver (test equipment, not part of the product): every POST Alertmanager
-# makes is appended to ALERTS as one JSON line.
+SLACK = "/run/e2e-slack.jsonl"
+MAIL = "/run/e2e-mail.jsonl"
+
+# Receivers Alertmanager sends to (test equipment, not part of the product), on the
+# controller's loopback: a webhook (/alerts) and a Slack incoming webhook (/slack) on 9099,
+# each POST appended as one JSON line to ALERTS or SLACK; and an SMTP server on 2525 that
+# takes AUTH PLAIN (Go's client sends it in the clear to 127.0.0.1 only) and appends each
+# message, with the login it was sent under, to MAIL.
 _RECORDER = f"""#!/usr/bin/python3
-import http.server, json
+import base64, http.server, json, socketserver, threading
 class Recorder(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        with open("{ALERTS}", "a") as f:
+        out = "{SLACK}" if self.path.startswith("/slack") else "{ALERTS}"
+        with open(out, "a") as f:
             f.write(json.dumps(json.loads(body)) + "\\n")
         self.send_response(200)
         self.end_headers()
+        self.wfile.write(b"ok")
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", 9099), Recorder).serve_forever()
+class Smtp(socketserver.StreamRequestHandler):
+    def say(self, line):
+        self.wfile.write(line.encode() + b"\\r\\n")
+    def handle(self):
+        mail = {{"to": []}}
+        self.say("220 e2e-smtp")
+        while True:
+            line = self.rfile.readline().decode().rstrip("\\r\\n")
+            verb = line.split(" ")[0].upper()
+            if not line or verb == "QUIT":
+                self.say("221 bye")
+                return
+            if verb in ("EHLO", "HELO"):
+                self.say("250-e2e-smtp")
+                self.say("250 AUTH PLAIN")
+            elif verb == "AUTH":
+                _, user, password = base64.b64decode(line.split(" ")[2]).decode().split("\\0")
+                mail["login"] = [user, password]
+                self.say("235 2.7.0 accepted")
+            elif verb == "MAIL":
+                mail["from"] = line.split(":", 1)[1].strip(" <>")
+                self.say("250 ok")
+            elif verb == "RCPT":
+                mail["to"].append(line.split(":", 1)[1].strip(" <>"))
+                self.say("250 ok")
+            elif verb == "DATA":
+                self.say("354 go on")
+                data = []
+                while (part := self.rfile.readline().decode()) not in (".\\r\\n", ""):
+                    data.append(part)
+                mail["data"] = "".join(data)
+                with open("{MAIL}", "a") as f:
+                    f.write(json.dumps(mail) + "\\n")
+                mail = {{"to": []}}
+                self.say("250 queued")
+            else:
+                self.say("250 ok")
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+smtp = socketserver.ThreadingTCPServer(("127.0.0.1", 2525), Smtp)
+threading.Thread(target=smtp.serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("127.0.0.1", 9099), Recorder).serve_forever()
 """
 
 _GET = """
@@ -69,7 +117,7 @@ print(urllib.request.urlopen(req, timeout=10).read().decode())
 def cluster(debian13):
     assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
     debian13.ctl(f"cat > {RECORDER} <<'EOF'\n{_RECORDER}EOF\nchmod 755 {RECORDER}; "
-                 f"rm -f {ALERTS}; systemctl stop e2e-alert-recorder 2>/dev/null; "
+                 f"rm -f {ALERTS} {SLACK} {MAIL}; systemctl stop e2e-alert-recorder 2>/dev/null; "
                  f"systemctl reset-failed e2e-alert-recorder 2>/dev/null; "
                  f"systemd-run --unit=e2e-alert-recorder {RECORDER}")
     yield debian13
@@ -147,12 +195,31 @@ def test_the_exporter_sees_every_node_and_gpu(cluster):
 
 
 def test_a_stopped_slurmd_is_alerted_and_resolved(cluster):
+    """...at every receiver: the webhook, Slack (its URL from the alert secrets) and e-mail
+    (sent with the login whose password is in the alert secrets)."""
     cluster.on("gpu-002", "systemctl stop slurmd")
     alert = wait_for_alert(cluster, "SlurmdDown", "firing", "gpu-002")
     assert alert["labels"]["severity"] == "warning"
     assert "gpu-002" in alert["annotations"]["description"]
     cluster.on("gpu-002", "systemctl start slurmd")
     wait_for_alert(cluster, "SlurmdDown", "resolved", "gpu-002")
+
+    def lines(path: str) -> list[dict]:
+        out = cluster.ctl(f"cat {path} 2>/dev/null || true").stdout
+        return [json.loads(line) for line in out.splitlines() if line]
+
+    slack = wait_for("the Slack message about SlurmdDown", lambda: [
+        m for m in lines(SLACK) if m.get("channel") == "#e2e-alerts"
+        and any("SlurmdDown" in a.get("title", "") for a in m.get("attachments", []))],
+        timeout=60)
+    assert slack[0]["attachments"][0]["title"] == "[FIRING:1] SlurmdDown on gpu-002 (ms-e2e13)"
+    assert "gpu-002" in slack[0]["attachments"][0]["text"]
+    mail = wait_for("the e-mail about SlurmdDown", lambda: [
+        m for m in lines(MAIL) if "SlurmdDown" in m.get("data", "")], timeout=60)
+    assert "Subject: [FIRING:1] SlurmdDown on gpu-002 (ms-e2e13)" in mail[0]["data"]
+    assert (mail[0]["login"], mail[0]["from"], mail[0]["to"]) == (
+        ["e2e-alerts", E2E_SMTP_PASSWORD], "alertmanager@ms-e2e13.example",
+        ["hpc-ops@ms-e2e13.example"])
 
 
 def test_a_health_drain_shows_with_its_reason_and_goes(cluster):

@@ -9,6 +9,7 @@ hash.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,17 +22,28 @@ import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
     inventory_problems,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring import (
+    NOTICE_TEXT,
+    NOTICE_TITLE,
+)
 
 from infra.config import parse_config
 from infra.inventory import inventory_view
 from infra.schema import ConfigError
+from infra.state import SecretError, StateDir
 from tests.unit.test_render import fixture_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles/monitoring"
 PASSWORD = "a-test-password-of-32-characters"
 RECEIVERS = [{"name": "ops", "url": "https://hooks.example.org/alerts"},
-             {"name": "pager", "url": "http://10.77.0.5:8080/", "send_resolved": False}]
+             {"name": "pager", "url": "http://10.77.0.5:8080/", "send_resolved": False},
+             {"name": "oncall", "type": "slack", "channel": "#hpc-alerts"},
+             {"name": "mail", "type": "email", "to": "ops@example.org",
+              "from": "am@cluster.example.org", "smarthost": "smtp.example.org:587",
+              "username": "am"}]
+ALERT_SECRETS = {"oncall": {"url": "https://hooks.slack.com/services/T0/B0/test"},
+                 "mail": {"password": "smtp-test-password"}}
 FILES = {
     "prometheus.yml": "etc/prometheus/prometheus.yml.j2",
     "alertmanager.yml": "etc/prometheus/alertmanager.yml.j2",
@@ -54,6 +66,7 @@ def rendered(tmp_path_factory) -> Path:
     inventory = fixture_inventory()
     inventory["all"]["vars"]["metalslurm_monitoring"]["receivers"] = RECEIVERS
     (out / "password").write_text(PASSWORD + "\n")
+    (out / "alert-secrets.json").write_text(json.dumps(ALERT_SECRETS))
     tasks = [{"name": f"Render {name}", "ansible.builtin.template": {
         "src": str(ROLE / "templates" / src), "dest": str(out / name)}}
         for name, src in FILES.items()]
@@ -87,7 +100,8 @@ def rendered(tmp_path_factory) -> Path:
     # The role's defaults are read as vars_files here, above the inventory: the secret
     # file's path comes as an extra var.
     proc = subprocess.run(["ansible-playbook", "-i", str(out / "inventory.yml"), "-e",
-                           f"monitoring_password_file={out / 'password'}",
+                           f"monitoring_password_file={out / 'password'}", "-e",
+                           f"monitoring_alert_secrets_file={out / 'alert-secrets.json'}",
                            str(out / "play.yml")], capture_output=True, text=True, env=env,
                           check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -133,7 +147,15 @@ def test_alertmanager_config_is_valid_and_sends_to_every_receiver(rendered):
     config = yaml.safe_load((rendered / "alertmanager.yml").read_text())
     assert config["receivers"] == [{"name": "metalslurm", "webhook_configs": [
         {"url": "https://hooks.example.org/alerts", "send_resolved": True},
-        {"url": "http://10.77.0.5:8080/", "send_resolved": False}]}]
+        {"url": "http://10.77.0.5:8080/", "send_resolved": False}],
+        "slack_configs": [{"api_url": "https://hooks.slack.com/services/T0/B0/test",
+                           "channel": "#hpc-alerts", "send_resolved": True,
+                           "title": NOTICE_TITLE, "text": NOTICE_TEXT}],
+        "email_configs": [{"to": "ops@example.org", "from": "am@cluster.example.org",
+                           "smarthost": "smtp.example.org:587", "require_tls": True,
+                           "send_resolved": True, "auth_username": "am",
+                           "auth_password": "smtp-test-password",
+                           "headers": {"Subject": NOTICE_TITLE}}]}]
     assert "--cluster.listen-address=" in (rendered / "alertmanager.conf").read_text()
 
 
@@ -211,3 +233,69 @@ def test_a_hand_written_inventory_is_held_to_the_same_rules():
         "12h, 2w)",
         "metalslurm_monitoring.host 'prom' is not a host of this inventory; name one of its "
         "hosts, or leave it empty (the controller)"]
+
+
+SLACK_RECEIVER = {"name": "oncall", "type": "slack", "channel": "#hpc"}
+
+
+def secrets_file(tmp_path: Path, content: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "alert-secrets.yaml"
+    path.write_text(content)
+    path.chmod(mode)
+    return path
+
+
+def test_a_secrets_file_next_to_the_stack_gives_the_receivers_their_credentials(tmp_path):
+    secrets_file(tmp_path, "oncall: {url: 'https://hooks.slack.com/services/T/B/x'}\n")
+    cfg = parse_config({**BASE, "metalslurm:monitoring": {
+        "receivers": [SLACK_RECEIVER], "secretsFile": "alert-secrets.yaml"}},
+        base_dir=tmp_path)
+    assert cfg.monitoring.secrets_file == str(tmp_path / "alert-secrets.yaml")
+    # The inventory names no credential: the file reaches the roles as a 0600 secret file.
+    assert "secretsFile" not in cfg.monitoring.inventory_vars()
+    assert "hooks.slack.com" not in json.dumps(cfg.monitoring.inventory_vars())
+    state = StateDir(tmp_path / "state")
+    assert state.checked_secret("monitoring_alert_secrets_file", (
+        tmp_path / "alert-secrets.yaml").read_text()) == (
+        '{"oncall": {"url": "https://hooks.slack.com/services/T/B/x"}}\n')
+
+
+@pytest.mark.parametrize(("content", "mode", "secure", "problem"), [
+    ("oncall: {url: 'https://h.example/x'}\n", 0o644, False,
+     "metalslurm:monitoring.secretsFile: {file} is readable by other users (mode 644); run "
+     "'chmod 600 {file}'"),
+    ("{}\n", 0o600, False,
+     "metalslurm:monitoring.secretsFile: oncall.url: the Slack receiver 'oncall' needs its "
+     "incoming-webhook URL here"),
+    ("oncall: [\n", 0o600, False, "metalslurm:monitoring.secretsFile: {file} is not YAML or JSON"),
+    ("oncall: {url: 'https://h.example/x'}\n", 0o600, True,
+     "metalslurm:alertSecrets: and metalslurm:monitoring.secretsFile are both set: keep one"),
+    (None, None, False,
+     "metalslurm:monitoring.receivers: a receiver needs credentials that the config must not "
+     "hold (slack (url) and email (password)): set the secret metalslurm:alertSecrets"),
+], ids=["world-readable", "lacks-the-url", "not-yaml", "both", "neither"])
+def test_receiver_credentials_are_refused_naming_the_key(tmp_path, content, mode, secure,
+                                                         problem):
+    section = {"receivers": [SLACK_RECEIVER]}
+    if content is not None:
+        secrets_file(tmp_path, content, mode)
+        section["secretsFile"] = "alert-secrets.yaml"
+    raw = {**BASE, "metalslurm:monitoring": section}
+    if secure:
+        raw["metalslurm:alertSecrets"] = {"secure": "v1:abc"}
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, base_dir=tmp_path)
+    expected = problem.format(file=tmp_path / "alert-secrets.yaml")
+    assert any(p.startswith(expected) for p in err.value.problems), err.value.problems
+
+
+def test_a_pulumi_secret_satisfies_the_receivers_without_a_file():
+    cfg = parse_config({**BASE, "metalslurm:alertSecrets": {"secure": "v1:abc"},
+                        "metalslurm:monitoring": {"receivers": [SLACK_RECEIVER]}})
+    assert cfg.monitoring.secrets_file == ""
+
+
+@pytest.mark.parametrize("value", ["not: [yaml", "[1, 2]", "{oncall: {url: 7}}"])
+def test_a_pulumi_alert_secret_of_the_wrong_shape_is_refused_before_any_file(tmp_path, value):
+    with pytest.raises(SecretError, match="^metalslurm:alertSecrets: "):
+        StateDir(tmp_path).checked_secret("monitoring_alert_secrets_file", value)

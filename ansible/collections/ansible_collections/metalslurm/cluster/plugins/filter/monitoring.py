@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import bcrypt
+from ansible.utils.unsafe_proxy import wrap_var
 from ansible_collections.metalslurm.cluster.plugins.module_utils import monitoring
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
     filter_errors,
@@ -39,6 +40,12 @@ def node_targets(groups: Mapping[str, Any], hostvars: Any, port: int) -> list[di
     return sorted(targets, key=lambda t: t["labels"]["node"])
 
 
+def alertmanager_receiver(settings: Mapping[str, Any], secrets: Any) -> Any:
+    """module_utils' receiver, marked unsafe: its Go templates ({{ .Status }}) and the
+    credentials are text for Alertmanager, never Jinja for Ansible to evaluate."""
+    return wrap_var(monitoring.alertmanager_receiver(settings, secrets))
+
+
 def monitoring_ports(_: Any = None) -> dict[str, int]:
     """The ports each part listens on (module_utils/monitoring.py owns them)."""
     return dict(monitoring.PORTS)
@@ -66,6 +73,8 @@ class FilterModule:
         return {
             "monitoring_settings": filter_errors(monitoring.MonitoringSettingsError)(
                 monitoring.monitoring_settings),
+            "monitoring_alertmanager_receiver": filter_errors(
+                monitoring.MonitoringSettingsError)(alertmanager_receiver),
             "monitoring_node_targets": node_targets,
             "monitoring_ports": monitoring_ports,
             "monitoring_rule_values": monitoring.rule_values,

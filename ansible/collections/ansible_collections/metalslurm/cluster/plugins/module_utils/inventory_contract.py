@@ -76,6 +76,8 @@ SECRET_FILE_VARS = {
     "slurm_elastic_credentials_file": "BMC logins of the power drivers",
     "registry_credentials_file": "container registry logins",
     "monitoring_password_file": "the password of the monitoring web UIs (user 'metalslurm')",
+    "monitoring_alert_secrets_file": "the alert receivers' credentials (Slack URLs, SMTP "
+                                     "passwords)",
 }
 
 

@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "group_wait": 30,           # Alertmanager: seconds to wait before a group's first notice
     "group_interval": 300,      # seconds before a group's next notice about new alerts
     "repeat_interval": 14400,   # seconds before an unresolved alert is sent again
-    "receivers": [],            # [{name, type: webhook, url, send_resolved}]
+    "receivers": [],            # [{name, type (webhook, slack, email), its fields, send_resolved}]
 }
 # The stack config's spelling of each key.
 STACK_NAMES = {
@@ -51,8 +51,22 @@ MIN_EXPORTER_INTERVAL = 5
 # metalslurm-health DEFAULT_CRITICAL_XIDS is their owner; tests/unit/test_setting_owners.py
 # keeps this copy equal to it).
 CRITICAL_XIDS = (48, 61, 62, 63, 64, 68, 69, 73, 74, 79, 92, 94, 95, 119, 120, 140)
-RECEIVER_TYPES = ("webhook",)
-RECEIVER_KEYS = ("name", "type", "url", "sendResolved")
+# Receivers: the fields each type takes in the stack config (besides name, type and
+# sendResolved), those it must have, and the credentials it takes from the alert secrets
+# (metalslurm:alertSecrets or monitoring.secretsFile: {<receiver name>: {field: value}}),
+# never from the config: a Slack incoming-webhook URL is a credential, so is an SMTP password.
+RECEIVER_TYPES = ("webhook", "slack", "email")
+RECEIVER_FIELDS = {"webhook": ("url",), "slack": ("channel",),
+                   "email": ("to", "from", "smarthost", "username", "requireTls")}
+RECEIVER_REQUIRED = {"webhook": ("url",), "slack": ("channel",),
+                     "email": ("to", "from", "smarthost")}
+RECEIVER_SECRETS = {"webhook": (), "slack": ("url",), "email": ("password",)}
+RECEIVER_KEYS = ("name", "type", "sendResolved") + tuple(
+    sorted({f for fields in RECEIVER_FIELDS.values() for f in fields}))
+# A hand-written inventory may spell the two-word keys in snake case.
+RECEIVER_ALIASES = {"send_resolved": "sendResolved", "require_tls": "requireTls"}
+EMAIL_RE = re.compile(r"^[^@\s<>]+@[^@\s<>]+$")
+SMARTHOST_RE = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:]+\]:[0-9]{1,5}$")
 RECEIVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 # Prometheus' duration (model.ParseDuration) and byte-size (units.Base2Bytes) syntax.
 DURATION_RE = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?"
@@ -69,22 +83,39 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _a(kind: str) -> str:
+    """'a webhook', 'an email'."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
+def _field_problem(kind: str, field: str, value: Any) -> str | None:
+    """What is wrong with one receiver field's value, or None."""
+    if field == "requireTls":
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if not isinstance(value, str) or not value.strip():
+        return f"{value!r} is not a non-empty string"
+    if field == "url" and not URL_RE.match(value):
+        return f"{value!r} is not an http:// or https:// URL"
+    if field in ("to", "from") and not all(EMAIL_RE.match(a.strip()) for a in value.split(",")):
+        return f"{value!r} is not an e-mail address (or a comma-separated list of them)"
+    if field == "smarthost" and not SMARTHOST_RE.match(value):
+        return f"{value!r} is not host:port of an SMTP server (e.g. smtp.example.org:587)"
+    return None
+
+
 def receiver_problems(receivers: Any) -> list[tuple[str, str]]:
     """(key, sentence) for each receiver rule broken; keys in the stack config's spelling,
     relative to the section (``receivers[0].url``)."""
     if not isinstance(receivers, list):
-        return [("receivers", "must be a list of {name, type, url}")]
+        return [("receivers", "must be a list of {name, type, ...}")]
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
     for i, item in enumerate(receivers):
         where = f"receivers[{i}]"
         if not isinstance(item, Mapping):
-            problems.append((where, "must be a mapping {name, type, url}"))
+            problems.append((where, "must be a mapping {name, type, ...}"))
             continue
-        unknown = sorted(set(map(str, item)) - set(RECEIVER_KEYS) - {"send_resolved"})
-        if unknown:
-            problems.append((where, f"unknown key(s) {', '.join(unknown)}; a receiver has "
-                                    f"{', '.join(RECEIVER_KEYS)}"))
+        item = {RECEIVER_ALIASES.get(str(k), str(k)): v for k, v in item.items()}
         name = item.get("name")
         if not isinstance(name, str) or not RECEIVER_NAME_RE.match(name):
             problems.append((f"{where}.name", f"{name!r} is not a receiver name (letters, "
@@ -97,16 +128,114 @@ def receiver_problems(receivers: Any) -> list[tuple[str, str]]:
         if kind not in RECEIVER_TYPES:
             problems.append((f"{where}.type", f"{kind!r} is not a receiver type metalslurm "
                                               f"writes; it writes {', '.join(RECEIVER_TYPES)}"))
-        url = item.get("url")
-        if not url:
-            problems.append((f"{where}.url", "a webhook receiver needs the URL Alertmanager "
-                                             "posts alerts to (http:// or https://)"))
-        elif not isinstance(url, str) or not URL_RE.match(url):
-            problems.append((f"{where}.url", f"{url!r} is not an http:// or https:// URL"))
-        resolved = item.get("sendResolved", item.get("send_resolved", True))
+            continue
+        given = set(item)
+        allowed = {"name", "type", "sendResolved", *RECEIVER_FIELDS[kind]}
+        for secret in sorted((given - allowed) & set(RECEIVER_SECRETS[kind])):
+            problems.append((f"{where}.{secret}", f"{_a(kind)} receiver's {secret} is a "
+                             "credential: give it in the alert secrets (metalslurm:alertSecrets "
+                             f"or monitoring.secretsFile) under {name!r}, not in the config"))
+        unknown = sorted(given - allowed - set(RECEIVER_SECRETS[kind]))
+        if unknown:
+            problems.append((where, f"unknown key(s) {', '.join(unknown)}; {_a(kind)} receiver "
+                                    f"has {', '.join(sorted(allowed))}"))
+        for field in RECEIVER_FIELDS[kind]:
+            if field not in item:
+                if field in RECEIVER_REQUIRED[kind]:
+                    problems.append((f"{where}.{field}", (
+                        "a webhook receiver needs the URL Alertmanager posts alerts to "
+                        "(http:// or https://)") if field == "url"
+                        else f"{_a(kind)} receiver needs {field}"))
+                continue
+            wrong = _field_problem(kind, field, item[field])
+            if wrong:
+                problems.append((f"{where}.{field}", wrong))
+        resolved = item.get("sendResolved", True)
         if not isinstance(resolved, bool):
             problems.append((f"{where}.sendResolved", f"{resolved!r} is not true or false"))
     return problems
+
+
+def secrets_problems(receivers: list[Mapping[str, Any]], secrets: Any) -> list[str]:
+    """Sentences for what the alert secrets (``{receiver name: {field: value}}``) lack or
+    have wrong for ``receivers`` (already checked); values are never quoted."""
+    if secrets is None:
+        secrets = {}
+    if not isinstance(secrets, Mapping) or not all(
+            isinstance(v, Mapping) and all(isinstance(x, str) for x in v.values())
+            for v in secrets.values()):
+        return ["must map each receiver's name to {field: text} (url for slack, password "
+                "for email)"]
+    problems = []
+    by_name = {str(r.get("name")): r for r in receivers if isinstance(r, Mapping)}
+    for stranger in sorted(set(map(str, secrets)) - set(by_name)):
+        problems.append(f"{stranger!r} names no receiver of metalslurm:monitoring.receivers")
+    for name, receiver in by_name.items():
+        kind = receiver.get("type", "webhook")
+        mine = secrets.get(name, {})
+        for field in sorted(set(map(str, mine)) - set(RECEIVER_SECRETS.get(kind, ()))):
+            problems.append(f"{name}.{field}: {_a(kind)} receiver takes no {field} from the "
+                            f"secrets ({', '.join(RECEIVER_SECRETS.get(kind, ())) or 'none'})")
+        if kind == "slack":
+            if not mine.get("url"):
+                problems.append(f"{name}.url: the Slack receiver {name!r} needs its "
+                                "incoming-webhook URL here")
+            elif not URL_RE.match(mine["url"]):
+                problems.append(f"{name}.url: not an http:// or https:// URL")
+        if kind == "email" and receiver.get("username") and not mine.get("password"):
+            problems.append(f"{name}.password: the e-mail receiver {name!r} logs in as "
+                            f"{receiver['username']!r} and needs its password here")
+    return problems
+
+
+def _normalised(receiver: Mapping[str, Any]) -> dict[str, Any]:
+    receiver = {RECEIVER_ALIASES.get(str(k), str(k)): v for k, v in receiver.items()}
+    kind = receiver.get("type", "webhook")
+    out = {"name": receiver["name"], "type": kind,
+           "send_resolved": receiver.get("sendResolved", True)}
+    for field in RECEIVER_FIELDS[kind]:
+        if field in receiver:
+            out["require_tls" if field == "requireTls" else field] = receiver[field]
+    if kind == "email":
+        out.setdefault("require_tls", True)
+    return out
+
+
+# What a Slack message and an e-mail say (Alertmanager's Go templates): the alert and its
+# node, then each alert's description, instead of the defaults' every common label value.
+NOTICE_TITLE = ('[{{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}'
+                '{{ end }}] {{ .CommonLabels.alertname }}{{ if .CommonLabels.node }} on '
+                '{{ .CommonLabels.node }}{{ end }} ({{ .CommonLabels.cluster }})')
+NOTICE_TEXT = ('{{ range .Alerts }}{{ .Annotations.summary }}: {{ .Annotations.description }}\n'
+               '{{ end }}')
+
+
+def alertmanager_receiver(settings: Mapping[str, Any], secrets: Any) -> dict[str, Any]:
+    """Alertmanager's one receiver (every alert goes to every configured receiver), with
+    the credentials from ``secrets`` filled in; MonitoringSettingsError if they lack one."""
+    problems = secrets_problems(settings["receivers"], secrets)
+    if problems:
+        raise MonitoringSettingsError("alert secrets: " + "; ".join(problems))
+    secrets = secrets or {}
+    out: dict[str, Any] = {"name": "metalslurm"}
+    for r in settings["receivers"]:
+        mine = secrets.get(r["name"], {})
+        if r["type"] == "webhook":
+            out.setdefault("webhook_configs", []).append(
+                {"url": r["url"], "send_resolved": r["send_resolved"]})
+        elif r["type"] == "slack":
+            out.setdefault("slack_configs", []).append(
+                {"api_url": mine["url"], "channel": r["channel"],
+                 "send_resolved": r["send_resolved"], "title": NOTICE_TITLE,
+                 "text": NOTICE_TEXT})
+        else:
+            email = {"to": r["to"], "from": r["from"], "smarthost": r["smarthost"],
+                     "require_tls": r["require_tls"], "send_resolved": r["send_resolved"],
+                     "headers": {"Subject": NOTICE_TITLE}}
+            if r.get("username"):
+                email.update(auth_username=r["username"], auth_password=mine["password"])
+            out.setdefault("email_configs", []).append(email)
+    return out
 
 
 def settings_problems(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -153,7 +282,8 @@ def settings_problems(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def monitoring_settings(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """``given`` (the inventory's ``metalslurm_monitoring``, or part of it) over the defaults,
-    every rule checked; receivers normalised to ``{name, type, url, send_resolved}``."""
+    every rule checked; receivers normalised to ``{name, type, send_resolved}`` and their
+    type's fields in snake case."""
     given = dict(given or {})
     unknown = sorted(set(map(str, given)) - set(DEFAULTS))
     if unknown:
@@ -165,10 +295,7 @@ def monitoring_settings(given: Mapping[str, Any] | None) -> dict[str, Any]:
     if problems:
         raise MonitoringSettingsError("; ".join(f"metalslurm_monitoring.{key}: {sentence}"
                                                 for key, sentence in problems))
-    settings["receivers"] = [
-        {"name": r["name"], "type": r.get("type", "webhook"), "url": r["url"],
-         "send_resolved": r.get("send_resolved", r.get("sendResolved", True))}
-        for r in settings["receivers"]]
+    settings["receivers"] = [_normalised(r) for r in settings["receivers"]]
     return settings
 
 
