@@ -1,7 +1,8 @@
 """A local, signed apt repository of STAND-IN packages for the NVIDIA role's install path.
 
 The packages carry the names and versions of NVIDIA's (the driver with open kernel
-modules, nvidia-persistenced, the fabric manager, DCGM, the container toolkit) and nothing
+modules, nvidia-persistenced, the fabric manager, DCGM and its exporter, the container
+toolkit) and nothing
 of NVIDIA's: each installs a placeholder script and, for the daemons, a systemd unit of
 NVIDIA's name that runs the placeholder. Their descriptions say so. They let the role's
 real code run here: the repository and its key (checked by fingerprint), the branch pin
@@ -25,6 +26,7 @@ from pathlib import Path
 BRANCH_VERSIONS = ("580.65.06", "580.95.05", "590.44.01")
 NEWEST_OF_BRANCH = "580.95.05"
 DCGM_VERSION = "1:4.2.3-1"
+EXPORTER_VERSION = "4.1.3-1"
 TOOLKIT_VERSION = "1.17.8-1"
 DESCRIPTION = ("STAND-IN for metalslurm's tests, not NVIDIA's package\n"
                " It carries the name and version of NVIDIA's package and installs only a\n"
@@ -45,7 +47,32 @@ class StandinRepository:
     fingerprint: str     # the signing key's
 
 
-def _build_deb(out: Path, name: str, version: str, program: str, unit: str | None) -> None:
+# The exporter's stand-in answers HTTP, so the scrape path can be checked: on the --address
+# it was given, one series that echoes the flags it was started with (nothing of DCGM's).
+EXPORTER_STANDIN = """#!/usr/bin/python3
+# STAND-IN for metalslurm's tests (datacenter-gpu-manager-exporter), not NVIDIA's program.
+import argparse, http.server
+flags = argparse.ArgumentParser()
+for flag in ("--address", "--collectors", "--remote-hostengine-info", "--hpc-job-mapping-dir"):
+    flags.add_argument(flag, default="")
+args = flags.parse_args()
+body = ("# STAND-IN dcgm-exporter (metalslurm tests)\\n"
+        f'metalslurm_standin_dcgm_exporter{{collectors="{args.collectors}",'
+        f'hostengine="{args.remote_hostengine_info}",'
+        f'hpc_job_mapping_dir="{args.hpc_job_mapping_dir}"}} 1\\n').encode()
+class Metrics(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+host, _, port = args.address.rpartition(":")
+http.server.HTTPServer((host, int(port)), Metrics).serve_forever()
+"""
+
+
+def _build_deb(out: Path, name: str, version: str, program: str, unit: str | None,
+               program_text: str | None = None) -> None:
     tree = out / "build" / f"{name}_{version.replace(':', '%')}"
     (tree / "DEBIAN").mkdir(parents=True)
     (tree / "DEBIAN/control").write_text(
@@ -61,8 +88,10 @@ def _build_deb(out: Path, name: str, version: str, program: str, unit: str | Non
                 'exit 0;; esac\n')
     else:
         body = ""
-    script.write_text(f"#!/bin/sh\n# STAND-IN for metalslurm's tests ({name} {version}), not "
-                      f"NVIDIA's program.\n{body}exec sleep infinity\n")
+    if program_text is None:
+        program_text = (f"#!/bin/sh\n# STAND-IN for metalslurm's tests ({name} {version}), not "
+                        f"NVIDIA's program.\n{body}exec sleep infinity\n")
+    script.write_text(program_text)
     script.chmod(0o755)
     if unit:
         unit_dir = tree / "usr/lib/systemd/system"
@@ -112,6 +141,8 @@ def build(root: Path) -> StandinRepository:
     for dcgm in ("datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-cuda12"):
         _build_deb(cuda, dcgm, DCGM_VERSION, "nv-hostengine",
                    "nvidia-dcgm.service" if dcgm.endswith("13") else None)
+    _build_deb(cuda, "datacenter-gpu-manager-exporter", EXPORTER_VERSION, "dcgm-exporter",
+               "nvidia-dcgm-exporter.service", EXPORTER_STANDIN)
     for name in ("nvidia-container-toolkit", "libnvidia-container-tools"):
         _build_deb(toolkit, name, TOOLKIT_VERSION, f"{name}-standin", None)
     for repo in (cuda, toolkit):

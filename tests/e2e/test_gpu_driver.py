@@ -30,6 +30,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from infra.configure import ConfigureResult, run_playbook
 from tests.e2e import nvidia_standins
@@ -40,20 +41,22 @@ LSPCI = {"gpu-001": "dgx-h100-lspci.txt", "gpu-002": "h100-pcie-lspci.txt"}
 STAND_IN_LSPCI = "/usr/local/bin/lspci"
 DRIVER = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
 FABRIC = ["nvidia-fabricmanager", "libnvidia-nscq"]
-OTHERS = ["datacenter-gpu-manager-4-cuda13", "nvidia-container-toolkit",
-          "libnvidia-container-tools"]
+DCGM = ["datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-exporter"]
+OTHERS = [*DCGM, "nvidia-container-toolkit", "libnvidia-container-tools"]
 FILES = ["/etc/apt/sources.list.d/metalslurm-nvidia.sources",
          "/etc/apt/preferences.d/metalslurm-nvidia-driver",
          "/etc/apt/keyrings/metalslurm-nvidia-cuda.asc",
          "/etc/apt/keyrings/metalslurm-nvidia-container-toolkit.asc",
          "/var/lib/metalslurm/nvidia-keys",
          "/etc/systemd/system/slurmd.service.d/metalslurm-nvidia.conf",
-         "/etc/systemd/system/nvidia-dcgm.service.d", STAND_IN_LSPCI]
+         "/etc/systemd/system/nvidia-dcgm.service.d",
+         "/etc/systemd/system/nvidia-dcgm-exporter.service.d", "/etc/dcgm-exporter",
+         STAND_IN_LSPCI]
 # The reboot test's stand-ins on the nodes (see stand_in_driver_boot).
 STAND_IN_SMI = "/usr/local/bin/nvidia-smi"
 STAND_IN_BOOT_UNIT = "/etc/systemd/system/metalslurm-e2e-standin-nvidia-module.service"
 STAND_IN_MODULE_VERSION = "/run/metalslurm-e2e-standin/nvidia-module-version"
-SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "nvidia-dcgm-exporter"]
 # What the controller keeps of each compute node's metalslurm_node.gpus (slurm_controller).
 FACTS_CACHE = "/var/lib/metalslurm/compute-gpus.json"
 
@@ -84,6 +87,8 @@ def standin(debian13):
     # GPU facts changed (gres.conf) for the modules that follow.
     restored = run_playbook(debian13.inventory, out=lambda _line: None)
     assert restored.ok, restored.failures
+    # Nodes that ran without a DCGM exporter lose their scrape targets.
+    assert debian13.ctl("cat /etc/prometheus/file_sd/dcgm.yml").stdout.strip() == "[]"
 
 
 def settings(repo: nvidia_standins.StandinRepository, **over) -> dict:
@@ -105,6 +110,11 @@ def driver_run(cluster, repo, limit: str = ",".join(NODES), role_vars: dict | No
     return run_playbook(cluster.inventory, tags="nvidia_gpu", limit=limit,
                         extra_vars={**settings(repo, **over), **(role_vars or {})},
                         out=lambda _line: None)
+
+
+def private_addresses(cluster) -> dict[str, str]:
+    hosts = yaml.safe_load(cluster.inventory.read_text())["all"]["hosts"]
+    return {node: hosts[node]["metalslurm_address"] for node in NODES}
 
 
 def versions(cluster, node: str) -> dict[str, str]:
@@ -146,15 +156,33 @@ def test_the_newest_driver_of_the_branch_is_installed_held_and_the_fabric_manage
     assert result.ok, result.failures
     want = f"{nvidia_standins.NEWEST_OF_BRANCH}-1"  # not 580.65.06, not 590.44.01
     extra = {"datacenter-gpu-manager-4-cuda13": nvidia_standins.DCGM_VERSION,
+             "datacenter-gpu-manager-exporter": nvidia_standins.EXPORTER_VERSION,
              "nvidia-container-toolkit": nvidia_standins.TOOLKIT_VERSION,
              "libnvidia-container-tools": nvidia_standins.TOOLKIT_VERSION}
     assert versions(cluster, "gpu-001") == {**dict.fromkeys(DRIVER + FABRIC, want), **extra}
     assert versions(cluster, "gpu-002") == {**dict.fromkeys(DRIVER, want), **extra}
-    assert cluster.on("gpu-001", "apt-mark showhold").stdout.split() == sorted(DRIVER + FABRIC)
-    assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER)
+    # DCGM and its exporter are held together (an exporter release is built for one DCGM).
+    assert cluster.on("gpu-001", "apt-mark showhold").stdout.split() == \
+        sorted(DRIVER + FABRIC + DCGM)
+    assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER + DCGM)
     # Enabled, in order, not started: no kernel module can load here.
     assert cluster.on("gpu-001", "systemctl is-enabled nvidia-persistenced nvidia-fabricmanager "
-                                 "nvidia-dcgm").stdout.split() == ["enabled"] * 3
+                                 "nvidia-dcgm nvidia-dcgm-exporter").stdout.split() == \
+        ["enabled"] * 4
+    # The exporter: after DCGM, on the private address, reading DCGM's host engine and the
+    # prolog's GPU-to-job files, with the fields the alert rules need; slurmd does not wait
+    # for it.
+    exporter = cluster.on("gpu-002", "systemctl show --property=After --property=ExecStart "
+                                     "nvidia-dcgm-exporter").stdout
+    assert "nvidia-dcgm.service" in exporter
+    address = private_addresses(cluster)["gpu-002"]
+    assert ("argv[]=/usr/bin/dcgm-exporter --collectors "
+            f"/etc/dcgm-exporter/metalslurm-counters.csv --address {address}:9400 "
+            "--remote-hostengine-info 127.0.0.1:5555 "
+            "--hpc-job-mapping-dir /run/metalslurm/dcgm-job-map ;") in exporter, exporter
+    counters = cluster.on("gpu-002", "cat /etc/dcgm-exporter/metalslurm-counters.csv").stdout
+    assert {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING"} <= {
+        line.split(",")[0] for line in counters.splitlines() if not line.startswith("#")}
     assert cluster.on("gpu-002", "systemctl is-enabled nvidia-fabricmanager",
                       check=False).stdout.strip() in ("", "not-found")
     after = cluster.on("gpu-001", "systemctl show --property=After slurmd").stdout
@@ -181,7 +209,7 @@ def test_an_exact_version_moves_the_held_driver_to_it_and_keeps_it_held(standin)
     assert result.ok, result.failures
     assert {k: v for k, v in versions(cluster, "gpu-002").items() if k in DRIVER} == \
         dict.fromkeys(DRIVER, "580.65.06-1")
-    assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER)
+    assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER + DCGM)
     assert "580.65.06-*" in cluster.on("gpu-002", f"cat {FILES[1]}").stdout
 
 
@@ -293,7 +321,7 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
     driver = {"gpu-001": nvidia_standins.NEWEST_OF_BRANCH, "gpu-002": "580.65.06"}
     for node in NODES:
         assert cluster.on(node, f"cat {STAND_IN_MODULE_VERSION}").stdout.strip() == driver[node]
-        services = SERVICES if node == "gpu-001" else [SERVICES[0], SERVICES[2]]
+        services = SERVICES if node == "gpu-001" else [SERVICES[0], *SERVICES[2:]]
         assert cluster.on(node, f"systemctl is-active {' '.join(services)} slurmd"
                           ).stdout.split() == ["active"] * (len(services) + 1)
     assert node_view(cluster, "gpu-001") == ("idle", "none")
@@ -329,6 +357,18 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
         {"NodeName": "gpu-[003-004]", "File": "/dev/nvidia[0-7]", "Name": "gpu", "Type": "h100"}]
     # Slurm took it: both nodes registered with their GPUs (the run waits for that too).
     assert node_view(cluster, "gpu-001") == ("idle", "none")
+    # Where the driver runs, the DCGM exporter (a STAND-IN answering HTTP with the flags it
+    # got) is a scrape target of the monitoring host, which reaches it on the private address.
+    targets = yaml.safe_load(cluster.ctl("cat /etc/prometheus/file_sd/dcgm.yml").stdout)
+    addresses = private_addresses(cluster)
+    assert targets == [{"targets": [f"{addresses[node]}:9400"],
+                        "labels": {"node": node, "role": "compute", "elastic": "false"}}
+                       for node in NODES]
+    for node in NODES:
+        metrics = cluster.ctl(f"curl -sS --max-time 5 http://{addresses[node]}:9400/metrics").stdout
+        assert ('metalslurm_standin_dcgm_exporter{collectors="/etc/dcgm-exporter/'
+                'metalslurm-counters.csv",hostengine="127.0.0.1:5555",'
+                'hpc_job_mapping_dir="/run/metalslurm/dcgm-job-map"} 1') in metrics, metrics
     again = full_run()
     assert again.ok, again.failures
     assert again.changed == 0, again.changed_tasks

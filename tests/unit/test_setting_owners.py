@@ -299,6 +299,12 @@ def test_the_gpu_job_map_writes_where_node_exporter_reads():
     assert textfile_dir == role_defaults("node_exporter")["node_exporter_textfile_dir"]
 
 
+def test_the_dcgm_exporter_reads_the_job_files_where_the_gpu_job_map_writes_them():
+    program = (ROLES / "gpu_job_map/files/metalslurm-gpu-jobs").read_text()
+    map_dir = re.search(r'^DCGM_MAP_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
+    assert map_dir == role_defaults("nvidia_gpu")["nvidia_gpu_dcgm_job_map_dir"]
+
+
 def test_slurm_runs_as_the_user_the_common_role_creates():
     assert role_defaults("slurm_common")["slurm_common_user"] == \
         role_defaults("common")["common_slurm_user"]
