@@ -182,9 +182,29 @@ def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
 
 
 def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
+    """Also: what the monitoring roles manage, changed by hand, is put back by the same run.
+    A converged run only reads those files (one step per role); anything that differs sends
+    it through the write tasks, and the run after changes nothing."""
+    up.ctl("chmod 600 /etc/prometheus/prometheus.yml && echo '<!-- by hand -->' >> "
+           "/etc/prometheus/consoles/metalslurm-node.html && "
+           "systemctl stop prometheus-alertmanager")
+    up.on("gpu-001", "rm /usr/local/sbin/metalslurm-epilog && "
+                     "systemctl stop prometheus-node-exporter")
     back = run_playbook(up.inventory, out=lambda _line: None)
     assert back.ok, back.failures
-    assert "Restart slurmctld" in changed_by_host(back)["ctl"]
+    changed = changed_by_host(back)
+    assert "Restart slurmctld" in changed["ctl"]
+    assert {"Write Prometheus' configuration", "Keep Alertmanager running",
+            "Write the scrape targets (every node, the Slurm exporter, DCGM's) and the consoles"
+            } <= set(changed["ctl"]), changed
+    assert {"Name it as the prolog and the epilog", "Keep node_exporter running"} <= \
+        set(changed["gpu-001"]), changed
+    assert up.ctl("stat -c %a /etc/prometheus/prometheus.yml && systemctl is-active "
+                  "prometheus-alertmanager").stdout.split() == ["644", "active"]
+    assert "by hand" not in up.ctl("cat /etc/prometheus/consoles/metalslurm-node.html").stdout
+    assert up.on("gpu-001", "readlink /usr/local/sbin/metalslurm-epilog && systemctl is-active "
+                            "prometheus-node-exporter").stdout.split() == \
+        ["/usr/local/sbin/metalslurm-gpu-jobs", "active"]
     # Slurm 24.11 shows MpiDefault=none as "(null)".
     assert scontrol_config(up, "MpiDefault") in ("none", "(null)")
     again = run_playbook(up.inventory, out=lambda _line: None)

@@ -156,8 +156,15 @@ def defined_by(role: str) -> frozenset[str]:
 
 @cache
 def template_delimiters(role: str) -> dict[str, tuple[str, str]]:
-    """src -> (start, end) of the role's template tasks that set their own delimiters."""
+    """src -> (start, end) of the role's template tasks, and of its vars' template lookups,
+    that set their own delimiters."""
     found = {}
+    for path in role_files(role)["vars"]:
+        for src, start, end in re.findall(
+                r"lookup\('ansible\.builtin\.template',\s*'([^']+)',\s*"
+                r"variable_start_string='([^']+)',\s*variable_end_string='([^']+)'",
+                path.read_text()):
+            found[src] = (start, end)
     for path in role_files(role)["tasks"]:
         for task in tasks_of(load(path)):
             args = task.get("ansible.builtin.template")
@@ -295,8 +302,10 @@ def test_the_roles_and_the_playbook_call_only_filters_the_collection_has():
         legacy = re.findall(r"\|\s*(metalslurm_\w+)", path.read_text())
         assert legacy == [], f"{path}: filters without the collection's name: {legacy}"
     assert used, "no role uses the collection's filters"
-    missing = {n: sorted(f) for n, f in used.items() if n not in collection_filters()}
-    assert missing == {}, f"filters the collection does not have: {missing}"
+    modules = {p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py")}
+    missing = {n: sorted(f) for n, f in used.items()
+               if n not in collection_filters() | modules}
+    assert missing == {}, f"filters or modules the collection does not have: {missing}"
 
 
 PLUGIN_DIRS = {"filter_plugins", "library", "module_utils", "action_plugins",

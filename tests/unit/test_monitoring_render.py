@@ -74,10 +74,7 @@ def rendered(tmp_path_factory) -> Path:
         {"name": "Render the alert rules", "ansible.builtin.template": {
             "src": str(ROLE / "templates/etc/prometheus/rules/metalslurm-alerts.yml.j2"),
             "dest": str(out / "alerts.yml"), "variable_start_string": "[[",
-            "variable_end_string": "]]"},
-         "vars": {k: f"{{{{ __monitoring_rule_values.{k} }}}}" for k in (
-             "pending_threshold", "disk_free_ratio", "shared_paths_regex",
-             "critical_xids_regex")}},
+            "variable_end_string": "]]"}},
         {"name": "Write the targets", "ansible.builtin.copy": {
             "content": "{{ __monitoring_node_targets | to_nice_yaml }}",
             "dest": str(out / "node.yml")}},
@@ -132,7 +129,7 @@ def test_prometheus_config_is_valid_and_listens_on_the_private_address(rendered)
     config = yaml.safe_load((rendered / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == "30s"
     assert [j["job_name"] for j in config["scrape_configs"]] == [
-        "prometheus", "alertmanager", "node", "slurm"]
+        "prometheus", "alertmanager", "node", "slurm", "dcgm"]
     flags = (rendered / "prometheus.conf").read_text()
     assert "--web.listen-address=10.77.0.10:9090" in flags
     assert "--web.config.file=/etc/prometheus/metalslurm-web.yml" in flags

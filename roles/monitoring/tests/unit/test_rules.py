@@ -79,7 +79,8 @@ def _environment() -> Environment:
 def render_alerts(values: dict) -> str:
     """The alert rules file as the monitoring role writes it, for ``values`` (the template's
     settings: pending_threshold, disk_free_ratio, shared_paths_regex, critical_xids_regex)."""
-    return _environment().from_string(ALERTS_TEMPLATE.read_text()).render(**values)
+    return _environment().from_string(ALERTS_TEMPLATE.read_text()).render(
+        __monitoring_rule_values=values)
 
 
 def alert_rules(text: str) -> dict[str, dict]:
@@ -118,8 +119,10 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 # ---- the template -------------------------------------------------------------------------
 
 def test_the_template_reads_exactly_its_four_settings():
-    parsed = _environment().parse(ALERTS_TEMPLATE.read_text())
-    assert meta.find_undeclared_variables(parsed) == set(TEST_VALUES)
+    text = ALERTS_TEMPLATE.read_text()
+    assert meta.find_undeclared_variables(_environment().parse(text)) == \
+        {"__monitoring_rule_values"}
+    assert set(re.findall(r"\[\[ __monitoring_rule_values\.(\w+) \]\]", text)) == set(TEST_VALUES)
 
 
 def test_rendering_leaves_prometheus_templating_as_it_is():
@@ -222,7 +225,8 @@ def test_each_recording_rule_has_a_promtool_case(record):
 # ---- the critical Xids --------------------------------------------------------------------
 
 def test_the_critical_xid_alert_takes_its_list_from_the_setting():
-    assert "xid=~`[[ critical_xids_regex ]]`" in ALERTS_TEMPLATE.read_text()
+    assert "xid=~`[[ __monitoring_rule_values.critical_xids_regex ]]`" in \
+        ALERTS_TEMPLATE.read_text()
 
 
 def xids_matched(regex: str) -> set[int]:

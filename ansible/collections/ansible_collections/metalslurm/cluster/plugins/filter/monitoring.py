@@ -40,6 +40,32 @@ def node_targets(groups: Mapping[str, Any], hostvars: Any, port: int) -> list[di
     return sorted(targets, key=lambda t: t["labels"]["node"])
 
 
+def dcgm_targets(groups: Mapping[str, Any], hostvars: Any, previous: Any) -> list[dict[str, Any]]:
+    """The DCGM exporters to scrape: each compute node's that published one in this run
+    (``metalslurm_node.dcgm_exporter``, its private address and port: nvidia_gpu), and for a
+    node not in this run (an elastic node asleep, a ``--limit``), its entry in ``previous``
+    (the targets file as it is on the monitoring host), so a sleeping node keeps its target.
+    A node that ran without one (no NVIDIA GPU, DCGM off) or left the inventory has none."""
+    kept = {}
+    for entry in previous if isinstance(previous, list) else []:
+        node = (entry.get("labels") or {}).get("node") if isinstance(entry, Mapping) else None
+        if node:
+            kept[node] = entry
+    targets = []
+    for host in groups.get("slurm_compute") or []:
+        facts = hostvar(hostvars, host, "metalslurm_node")
+        if not isinstance(facts, Mapping):
+            if host in kept:
+                targets.append(kept[host])
+            continue
+        if facts.get("dcgm_exporter"):
+            elastic = hostvar(hostvars, host, "metalslurm_node_state", "static") == "cloud"
+            targets.append({"targets": [facts["dcgm_exporter"]],
+                            "labels": {"node": host, "role": "compute",
+                                       "elastic": "true" if elastic else "false"}})
+    return sorted(targets, key=lambda t: t["labels"]["node"])
+
+
 def alertmanager_receiver(settings: Mapping[str, Any], secrets: Any) -> Any:
     """module_utils' receiver, marked unsafe: its Go templates ({{ .Status }}) and the
     credentials are text for Alertmanager, never Jinja for Ansible to evaluate."""
@@ -76,6 +102,7 @@ class FilterModule:
             "monitoring_alertmanager_receiver": filter_errors(
                 monitoring.MonitoringSettingsError)(alertmanager_receiver),
             "monitoring_node_targets": node_targets,
+            "monitoring_dcgm_targets": dcgm_targets,
             "monitoring_ports": monitoring_ports,
             "monitoring_rule_values": monitoring.rule_values,
             "web_password_hash": web_password_hash,

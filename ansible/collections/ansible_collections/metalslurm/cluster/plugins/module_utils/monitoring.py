@@ -43,7 +43,8 @@ STACK_NAMES = {
     "receivers": "receivers",
 }
 # Ports on each node's private address (Prometheus' default port allocations).
-PORTS = {"prometheus": 9090, "alertmanager": 9093, "node_exporter": 9100, "slurm_exporter": 9341}
+PORTS = {"prometheus": 9090, "alertmanager": 9093, "node_exporter": 9100, "slurm_exporter": 9341,
+         "dcgm_exporter": 9400}
 # The Slurm exporter asks Slurm at most once per exporter_interval; below this it would
 # cost slurmctld more than it tells (5 Slurm commands per refresh).
 MIN_EXPORTER_INTERVAL = 5

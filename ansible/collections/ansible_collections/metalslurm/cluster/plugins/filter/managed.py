@@ -1,0 +1,89 @@
+"""What differs between a role's managed files and services as they are on the node (the
+managed_state module) and as the role would write them: the converged fast path's test.
+A role runs its write tasks only when this list is not empty."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import filter_errors
+
+
+class ManagedStateError(ValueError):
+    pass
+
+
+# What an entry that does not say has: the project's files are root's, 0644, its
+# directories 0755.
+DEFAULTS = {"file": {"owner": "root", "group": "root", "mode": "0644"},
+            "directory": {"owner": "root", "group": "root", "mode": "0755"},
+            "link": {}}
+
+
+def _same_owner(seen: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
+    return [f"{key} {seen.get(key)} (not {want[key]})"
+            for key in ("owner", "group", "mode") if key in want and seen.get(key) != want[key]]
+
+
+def _entry(kind: str, entry: Any) -> dict[str, Any]:
+    if isinstance(entry, str):
+        entry = {"path": entry}
+    if not isinstance(entry, Mapping) or not entry.get("path"):
+        raise ManagedStateError(f"a managed {kind} without a path: {entry!r}")
+    return {**DEFAULTS[kind], **entry}
+
+
+def managed_drift(state: Any, wanted: Mapping[str, Any]) -> list[str]:
+    """One sentence per difference between ``state`` (managed_state's result) and
+    ``wanted``: ``files`` [{path, content, owner, group, mode}], ``directories`` [{path,
+    owner, group, mode} or a path], ``links`` [{path, src}], ``users`` [names that must
+    exist], ``units`` [names that must be active and enabled]. Left-out owner, group and
+    mode are root, root, 0644 (0755 for a directory). A ``state`` that is not a result (the
+    probe was skipped) is one difference: the write tasks decide."""
+    if not isinstance(state, Mapping) or not isinstance(state.get("paths"), Mapping):
+        return ["the node's state was not read"]
+    paths, units = state["paths"], state.get("units") or {}
+    drift = []
+    for kind, entries in (("file", wanted.get("files") or []),
+                          ("directory", wanted.get("directories") or []),
+                          ("link", wanted.get("links") or [])):
+        for want in (_entry(kind, e) for e in entries):
+            seen = paths.get(want["path"])
+            if not isinstance(seen, Mapping):
+                drift.append(f"{want['path']}: not read")
+            elif not seen.get("exists"):
+                drift.append(f"{want['path']}: missing")
+            elif seen.get("type") != kind:
+                drift.append(f"{want['path']}: a {seen.get('type')}, not a {kind}")
+            elif kind == "file" and seen.get("sha1") != hashlib.sha1(  # noqa: S324
+                    str(want.get("content", "")).encode()).hexdigest():
+                drift.append(f"{want['path']}: content differs")
+            elif kind == "link" and seen.get("target") != want.get("src"):
+                drift.append(f"{want['path']}: points to {seen.get('target')}, "
+                             f"not {want.get('src')}")
+            else:
+                drift += [f"{want['path']}: {d}" for d in _same_owner(seen, want)]
+    for user in wanted.get("users") or []:
+        if not (state.get("users") or {}).get(user):
+            drift.append(f"user {user}: missing")
+    for unit in wanted.get("units") or []:
+        seen = units.get(unit) or {}
+        if seen.get("active") != "active" or seen.get("enabled") != "enabled":
+            drift.append(f"{unit}: {seen.get('active', 'unknown')}, "
+                         f"{seen.get('enabled', 'unknown')}")
+    return drift
+
+
+def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
+    """The paths managed_state must read for ``wanted``."""
+    return [_entry(kind, entry)["path"]
+            for key, kind in (("files", "file"), ("directories", "directory"), ("links", "link"))
+            for entry in wanted.get(key) or []]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"managed_drift": filter_errors(ManagedStateError)(managed_drift),
+                "managed_paths": filter_errors(ManagedStateError)(managed_paths)}

@@ -1,0 +1,103 @@
+"""The converged fast path's comparison: what differs between a node's state (the
+managed_state module's result) and what a role would write."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.metalslurm.cluster.plugins.filter.managed import (
+    FilterModule,
+    managed_drift,
+    managed_paths,
+)
+
+FILTERS = FilterModule().filters()
+CONTENT = "scrape_configs: []\n"
+
+
+def sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()  # noqa: S324
+
+
+def converged() -> tuple[dict, dict]:
+    wanted = {"files": [{"path": "/etc/p.yml", "content": CONTENT},
+                        {"path": "/etc/secret", "content": "pw", "group": "prometheus",
+                         "mode": "0640"}],
+              "directories": ["/etc/rules", {"path": "/run/x", "mode": "0700"}],
+              "links": [{"path": "/usr/sbin/prolog", "src": "/usr/sbin/prog"}],
+              "users": ["exporter"],
+              "units": ["prometheus"]}
+    state = {"paths": {
+        "/etc/p.yml": {"exists": True, "type": "file", "owner": "root", "group": "root",
+                       "mode": "0644", "sha1": sha1(CONTENT)},
+        "/etc/secret": {"exists": True, "type": "file", "owner": "root", "group": "prometheus",
+                        "mode": "0640", "sha1": sha1("pw")},
+        "/etc/rules": {"exists": True, "type": "directory", "owner": "root", "group": "root",
+                       "mode": "0755"},
+        "/run/x": {"exists": True, "type": "directory", "owner": "root", "group": "root",
+                   "mode": "0700"},
+        "/usr/sbin/prolog": {"exists": True, "type": "link", "owner": "root", "group": "root",
+                             "mode": "0777", "target": "/usr/sbin/prog"}},
+        "users": {"exporter": True},
+        "units": {"prometheus": {"active": "active", "enabled": "enabled"}}}
+    return state, wanted
+
+
+def test_a_converged_node_has_no_drift():
+    state, wanted = converged()
+    assert managed_drift(state, wanted) == []
+    assert FILTERS["managed_drift"](state, wanted) == []
+
+
+@pytest.mark.parametrize(("path", "change", "said"), [
+    ("/etc/p.yml", {"sha1": sha1(CONTENT + "# by hand\n")}, "/etc/p.yml: content differs"),
+    ("/etc/p.yml", {"mode": "0600"}, "/etc/p.yml: mode 0600 (not 0644)"),
+    ("/etc/secret", {"group": "root"}, "/etc/secret: group root (not prometheus)"),
+    ("/etc/p.yml", {"exists": False}, "/etc/p.yml: missing"),
+    ("/etc/rules", {"type": "file"}, "/etc/rules: a file, not a directory"),
+    ("/run/x", {"mode": "0755"}, "/run/x: mode 0755 (not 0700)"),
+    ("/usr/sbin/prolog", {"target": "/bin/true"},
+     "/usr/sbin/prolog: points to /bin/true, not /usr/sbin/prog"),
+])
+def test_each_difference_is_named(path, change, said):
+    state, wanted = converged()
+    state["paths"][path] = {**state["paths"][path], **change}
+    assert managed_drift(state, wanted) == [said]
+
+
+@pytest.mark.parametrize(("unit", "said"), [
+    ({"active": "inactive", "enabled": "enabled"}, "prometheus: inactive, enabled"),
+    ({"active": "active", "enabled": "disabled"}, "prometheus: active, disabled"),
+    ({"active": "inactive", "enabled": "masked"}, "prometheus: inactive, masked"),
+    ({}, "prometheus: unknown, unknown"),
+])
+def test_a_unit_not_running_and_enabled_is_a_difference(unit, said):
+    state, wanted = converged()
+    state["units"]["prometheus"] = unit
+    assert managed_drift(state, wanted) == [said]
+
+
+def test_a_missing_user_or_an_unread_path_is_a_difference():
+    state, wanted = converged()
+    state["users"]["exporter"] = False
+    del state["paths"]["/etc/rules"]
+    assert managed_drift(state, wanted) == ["/etc/rules: not read", "user exporter: missing"]
+
+
+@pytest.mark.parametrize("state", [None, {}, {"skipped": True}, {"paths": None}, "text"])
+def test_a_state_that_was_not_read_sends_the_run_through_the_write_tasks(state):
+    assert managed_drift(state, converged()[1]) == ["the node's state was not read"]
+
+
+def test_the_paths_to_read_are_every_managed_one():
+    assert managed_paths(converged()[1]) == [
+        "/etc/p.yml", "/etc/secret", "/etc/rules", "/run/x", "/usr/sbin/prolog"]
+
+
+def test_an_entry_without_a_path_reaches_the_play_as_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="a managed file without a path"):
+        FILTERS["managed_drift"](converged()[0], {"files": [{"content": "x"}]})
+    with pytest.raises(AnsibleFilterError, match="a managed directory without a path"):
+        FILTERS["managed_paths"]({"directories": [""]})

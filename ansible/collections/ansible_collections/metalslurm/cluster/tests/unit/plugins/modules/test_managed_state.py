@@ -1,0 +1,60 @@
+"""The managed_state module's readers, on real files in a temporary directory (and a
+recorded `systemctl show` output)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import subprocess
+
+from ansible_collections.metalslurm.cluster.plugins.modules import managed_state
+
+
+def test_a_file_a_directory_a_link_and_a_missing_path(tmp_path):
+    (tmp_path / "f").write_text("hello\n")
+    (tmp_path / "f").chmod(0o640)
+    (tmp_path / "d").mkdir(mode=0o700)
+    (tmp_path / "d").chmod(0o700)
+    os.symlink("/usr/sbin/prog", tmp_path / "l")
+    me = pwd.getpwuid(os.getuid()).pw_name
+    f = managed_state.path_state(str(tmp_path / "f"))
+    assert f == {"exists": True, "type": "file", "owner": me, "group": f["group"],
+                 "mode": "0640", "sha1": hashlib.sha1(b"hello\n").hexdigest()}  # noqa: S324
+    d = managed_state.path_state(str(tmp_path / "d"))
+    assert (d["type"], d["mode"]) == ("directory", "0700")
+    link = managed_state.path_state(str(tmp_path / "l"))
+    assert (link["type"], link["target"]) == ("link", "/usr/sbin/prog")  # not followed
+    assert managed_state.path_state(str(tmp_path / "nothing")) == {"exists": False}
+    assert managed_state.read_text(str(tmp_path / "f")) == "hello\n"
+    assert managed_state.read_text(str(tmp_path / "nothing")) is None
+
+
+def test_users():
+    assert managed_state.user_exists("root") is True
+    assert managed_state.user_exists("metalslurm-no-such-user") is False
+
+
+def fake_systemctl(stdout: str, returncode: int = 0):
+    def run(argv, **_kwargs):
+        assert argv[:3] == ["systemctl", "show", "--property=Id,ActiveState,UnitFileState"]
+        return subprocess.CompletedProcess(argv, returncode, stdout, "")
+    return run
+
+
+def test_units_from_one_systemctl_show():
+    out = ("Id=prometheus.service\nActiveState=active\nUnitFileState=enabled\n\n"
+           "Id=prometheus-alertmanager.service\nActiveState=inactive\nUnitFileState=masked\n\n"
+           "Id=nothing.service\nActiveState=inactive\nUnitFileState=\n")
+    assert managed_state.unit_states(["prometheus", "prometheus-alertmanager", "nothing"],
+                                     run=fake_systemctl(out)) == {
+        "prometheus": {"active": "active", "enabled": "enabled"},
+        "prometheus-alertmanager": {"active": "inactive", "enabled": "masked"},
+        "nothing": {"active": "inactive", "enabled": "unknown"}}
+
+
+def test_a_failing_systemctl_leaves_every_unit_unknown():
+    assert managed_state.unit_states(["a", "b"], run=fake_systemctl("", 1)) == {
+        "a": {"active": "unknown", "enabled": "unknown"},
+        "b": {"active": "unknown", "enabled": "unknown"}}
+    assert managed_state.unit_states([]) == {}
