@@ -182,9 +182,9 @@ def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
 
 
 def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
-    """Also: what the monitoring roles manage, changed by hand, is put back by the same run.
-    A converged run only reads those files (one step per role); anything that differs sends
-    it through the write tasks, and the run after changes nothing."""
+    """Also: what the monitoring roles manage, changed by hand, is put back by the same run
+    (the monitoring role reads its files in one step on a converged run: anything that
+    differs sends it through its write tasks), and the run after changes nothing."""
     up.ctl("chmod 600 /etc/prometheus/prometheus.yml && echo '<!-- by hand -->' >> "
            "/etc/prometheus/consoles/metalslurm-node.html && "
            "systemctl stop prometheus-alertmanager")

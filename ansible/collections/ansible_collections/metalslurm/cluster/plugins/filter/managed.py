@@ -38,8 +38,8 @@ def _entry(kind: str, entry: Any) -> dict[str, Any]:
 def managed_drift(state: Any, wanted: Mapping[str, Any]) -> list[str]:
     """One sentence per difference between ``state`` (managed_state's result) and
     ``wanted``: ``files`` [{path, content, owner, group, mode}], ``directories`` [{path,
-    owner, group, mode} or a path], ``links`` [{path, src}], ``users`` [names that must
-    exist], ``units`` [names that must be active and enabled]. Left-out owner, group and
+    owner, group, mode} or a path], ``links`` [{path, src}], ``units`` [names that must be
+    active and enabled]. Left-out owner, group and
     mode are root, root, 0644 (0755 for a directory). A ``state`` that is not a result (the
     probe was skipped) is one difference: the write tasks decide."""
     if not isinstance(state, Mapping) or not isinstance(state.get("paths"), Mapping):
@@ -65,9 +65,6 @@ def managed_drift(state: Any, wanted: Mapping[str, Any]) -> list[str]:
                              f"not {want.get('src')}")
             else:
                 drift += [f"{want['path']}: {d}" for d in _same_owner(seen, want)]
-    for user in wanted.get("users") or []:
-        if not (state.get("users") or {}).get(user):
-            drift.append(f"user {user}: missing")
     for unit in wanted.get("units") or []:
         seen = units.get(unit) or {}
         if seen.get("active") != "active" or seen.get("enabled") != "enabled":

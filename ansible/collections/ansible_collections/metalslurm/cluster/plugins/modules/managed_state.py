@@ -44,11 +44,6 @@ options:
     type: list
     elements: str
     default: []
-  users:
-    description: Users whose existence is returned.
-    type: list
-    elements: str
-    default: []
 """
 
 RETURN = r"""
@@ -62,9 +57,6 @@ contents:
 units:
   description: "unit -> {active (ActiveState), enabled (UnitFileState: enabled, disabled,
     masked...)}"
-  type: dict
-users:
-  description: user -> whether it exists
   type: dict
 """
 
@@ -116,14 +108,6 @@ def unit_states(units: list[str], run: Any = subprocess.run) -> dict[str, dict[s
             for unit, block in zip(units, blocks, strict=True)}
 
 
-def user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
 def read_text(path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
@@ -138,8 +122,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={"paths": {"type": "list", "elements": "str", "default": []},
                        "read": {"type": "list", "elements": "str", "default": []},
-                       "units": {"type": "list", "elements": "str", "default": []},
-                       "users": {"type": "list", "elements": "str", "default": []}},
+                       "units": {"type": "list", "elements": "str", "default": []}},
         supports_check_mode=True)
     contents = {}
     for path in module.params["read"]:
@@ -149,8 +132,7 @@ def main() -> None:
     module.exit_json(changed=False,
                      paths={p: path_state(p) for p in module.params["paths"]},
                      contents=contents,
-                     units=unit_states(module.params["units"]),
-                     users={u: user_exists(u) for u in module.params["users"]})
+                     units=unit_states(module.params["units"]))
 
 
 if __name__ == "__main__":

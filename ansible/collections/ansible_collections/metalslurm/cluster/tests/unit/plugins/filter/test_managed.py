@@ -27,7 +27,6 @@ def converged() -> tuple[dict, dict]:
                          "mode": "0640"}],
               "directories": ["/etc/rules", {"path": "/run/x", "mode": "0700"}],
               "links": [{"path": "/usr/sbin/prolog", "src": "/usr/sbin/prog"}],
-              "users": ["exporter"],
               "units": ["prometheus"]}
     state = {"paths": {
         "/etc/p.yml": {"exists": True, "type": "file", "owner": "root", "group": "root",
@@ -40,7 +39,6 @@ def converged() -> tuple[dict, dict]:
                    "mode": "0700"},
         "/usr/sbin/prolog": {"exists": True, "type": "link", "owner": "root", "group": "root",
                              "mode": "0777", "target": "/usr/sbin/prog"}},
-        "users": {"exporter": True},
         "units": {"prometheus": {"active": "active", "enabled": "enabled"}}}
     return state, wanted
 
@@ -79,11 +77,10 @@ def test_a_unit_not_running_and_enabled_is_a_difference(unit, said):
     assert managed_drift(state, wanted) == [said]
 
 
-def test_a_missing_user_or_an_unread_path_is_a_difference():
+def test_an_unread_path_is_a_difference():
     state, wanted = converged()
-    state["users"]["exporter"] = False
     del state["paths"]["/etc/rules"]
-    assert managed_drift(state, wanted) == ["/etc/rules: not read", "user exporter: missing"]
+    assert managed_drift(state, wanted) == ["/etc/rules: not read"]
 
 
 @pytest.mark.parametrize("state", [None, {}, {"skipped": True}, {"paths": None}, "text"])

@@ -30,11 +30,6 @@ def test_a_file_a_directory_a_link_and_a_missing_path(tmp_path):
     assert managed_state.read_text(str(tmp_path / "nothing")) is None
 
 
-def test_users():
-    assert managed_state.user_exists("root") is True
-    assert managed_state.user_exists("metalslurm-no-such-user") is False
-
-
 def fake_systemctl(stdout: str, returncode: int = 0):
     def run(argv, **_kwargs):
         assert argv[:3] == ["systemctl", "show", "--property=Id,ActiveState,UnitFileState"]
