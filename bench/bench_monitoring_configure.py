@@ -1,0 +1,97 @@
+"""What the monitoring roles cost a converged configure, against another revision, on a
+running local cluster.
+
+Runs the playbook (ansible-playbook with ansible.posix.profile_roles, as 'metalslurm
+configure' runs it) on the cluster's inventory, ``--runs`` times with ``--against`` (a git
+revision, checked out in a temporary worktree), then ``--runs`` times with this checkout,
+each side after one warm-up run (which puts back the files the two revisions render
+differently: the sides cannot alternate without rewriting them).
+Prints each run's seconds per monitoring role (monitoring, node_exporter, slurm_exporter,
+gpu_job_map), their sum, the whole run, and the medians; then the ratio of the medians
+(this / against). Every measured run must change nothing.
+
+    .venv/bin/python -m bench.bench_monitoring_configure \\
+        --inventory .metalslurm/e2e-debian13/inventory.yml --against 8140e67 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ROLES = ("monitoring", "node_exporter", "slurm_exporter", "gpu_job_map")
+RECAP_LINE = re.compile(r"^(\w+) -+ ([0-9.]+)s$", re.M)
+CHANGED = re.compile(r"changed=(\d+)")
+
+
+def run_once(checkout: Path, inventory: Path) -> tuple[dict[str, float], float, int]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(checkout / "ansible/ansible.cfg"),
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_roles",
+               ANSIBLE_PYTHON_INTERPRETER="auto_silent", ANSIBLE_NOCOLOR="1",
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    start = time.monotonic()
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                           str(inventory), "site.yml"], cwd=checkout / "ansible", env=env,
+                          capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"the playbook failed in {checkout}:\n{proc.stdout[-3000:]}")
+    roles = {name: float(value) for name, value in RECAP_LINE.findall(proc.stdout)}
+    changed = sum(int(n) for n in CHANGED.findall(proc.stdout.split("PLAY RECAP", 1)[-1]))
+    return {role: roles.get(role, 0.0) for role in ROLES}, seconds, changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_monitoring_configure")
+    parser.add_argument("--inventory", type=Path, required=True)
+    parser.add_argument("--against", required=True, help="a git revision to compare with")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    inventory = args.inventory.resolve()
+    if not inventory.is_file():
+        parser.error(f"--inventory {args.inventory}: no such file; bring the cluster up first")
+    worktree = Path(tempfile.mkdtemp(prefix="metalslurm-bench-")) / "against"
+    add = subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.against],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    if add.returncode != 0:
+        parser.error(f"--against {args.against}: {add.stderr.strip()}")
+    sides = {"this": REPO, "against": worktree}
+    results: dict[str, list[tuple[dict[str, float], float]]] = {"this": [], "against": []}
+    try:
+        for side in ("against", "this"):
+            run_once(sides[side], inventory)  # warm-up: this side's files in place
+            for i in range(args.runs):
+                roles, seconds, changed = run_once(sides[side], inventory)
+                if changed:
+                    sys.exit(f"{side} run {i + 1} changed {changed} task(s): not converged")
+                results[side].append((roles, seconds))
+                parts = " ".join(f"{r} {roles[r]:.2f}" for r in ROLES)
+                print(f"{side:8s} run {i + 1}: {parts}  sum {sum(roles.values()):.2f} s, "
+                      f"whole run {seconds:.1f} s, {changed} changed", flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO,
+                       capture_output=True, check=False)
+        shutil.rmtree(worktree.parent, ignore_errors=True)
+    medians = {}
+    for side, rows in results.items():
+        sums = [sum(roles.values()) for roles, _s in rows]
+        medians[side] = (statistics.median(sums), statistics.median(s for _r, s in rows))
+        print(f"{side:8s} median: monitoring roles {medians[side][0]:.2f} s of a "
+              f"{medians[side][1]:.1f} s run")
+    print(f"this / against: monitoring roles {medians['this'][0] / medians['against'][0]:.2f}, "
+          f"whole run {medians['this'][1] / medians['against'][1]:.2f}; "
+          f"target: the monitoring roles <= 2 s converged")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
