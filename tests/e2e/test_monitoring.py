@@ -370,9 +370,18 @@ def test_the_overview_console_shows_the_cluster_in_a_browser(cluster):
     url = f"http://metalslurm:{password}@{CONSOLE}"
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    chromium("--window-size=1400,1900", f"--screenshot={SCREENSHOT}", url)
+    # The queue graph draws pending jobs: one held job gives it a series, whatever ran
+    # before this test.
+    held = cluster.submit("alice", "--hold --time=5 --wrap=true")
+    try:
+        wait_for("the held job in the queue graph's series",
+                 lambda: prometheus_query(cluster, "reason:slurm_jobs_pending:sum > 0"),
+                 timeout=120)
+        chromium("--window-size=1400,1900", f"--screenshot={SCREENSHOT}", url)
+        dom = chromium("--dump-dom", url)
+    finally:
+        cluster.ctl(f"scancel {held}", check=False)
     assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    dom = chromium("--dump-dom", url)
     big = dict((label, int(number)) for number, label in re.findall(
         r">\s*(\d+)\s*</div>\s*<div>([A-Za-z ]+)</div>", dom))
     assert (big["nodes"], big["GPUs"]) == (4, 32)
