@@ -56,8 +56,10 @@ UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collecti
 unit: deps
 	$(BIN)/pytest -n auto --dist loadfile $(UNIT_TESTS)
 
+# Two processes: the Debian 12 cluster's module beside the Debian 13 cluster's modules
+# (tests/e2e/conftest.py groups them).
 e2e: deps
-	$(BIN)/pytest tests/e2e --durations=20
+	$(BIN)/pytest tests/e2e -n 2 --dist loadgroup --durations=20
 
 test: lint unit e2e
 

@@ -54,6 +54,16 @@ def vendor_dir() -> Path | None:
     return None
 
 
+def _publish(path: Path, text: str, private: bool = False) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it):
+    the two test processes of 'make e2e' write these files at once when they collect."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
 def e2e_stack(file_name: str) -> Path:
     """The e2e stack file as run here: its containers mirror pointed at the mirror this
     machine has (containers off where it has none; their tests then skip, saying why),
@@ -70,26 +80,23 @@ def e2e_stack(file_name: str) -> Path:
         else:
             containers["mirror"] = str(vendor)
             creds = out_dir / "registry-credentials.yaml"
-            creds.touch(mode=0o600)
-            creds.chmod(0o600)
-            creds.write_text(yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
-                                              "password": "e2e-not-a-real-password"}]))
+            _publish(creds, yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
+                                             "password": "e2e-not-a-real-password"}]),
+                     private=True)
             containers["credentialsFile"] = str(creds)
     monitoring = config.get("metalslurm:monitoring") or {}
     if any(r.get("name") == "e2e-recorder" for r in monitoring.get("receivers") or []):
         monitoring["receivers"] += E2E_RECEIVERS
         secrets = out_dir / "alert-secrets.yaml"
-        secrets.touch(mode=0o600)
-        secrets.chmod(0o600)
-        secrets.write_text(yaml.safe_dump({
+        _publish(secrets, yaml.safe_dump({
             "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
-            "e2e-mail": {"password": E2E_SMTP_PASSWORD}}))
+            "e2e-mail": {"password": E2E_SMTP_PASSWORD}}), private=True)
         monitoring["secretsFile"] = str(secrets)
     discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
     if discovery.get("simulator"):
         discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())
     out = out_dir / file_name
-    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _publish(out, yaml.safe_dump(doc, sort_keys=False))
     return out
 
 
@@ -157,9 +164,18 @@ _MODULE_SECONDS: dict[str, float] = defaultdict(float)
 _SHARED: dict[str, float] = {}
 
 
+# 'make e2e' runs two test processes (pytest-xdist, --dist loadgroup): the Debian 12 module,
+# which brings up and removes its own cluster, in one, and every module of the shared
+# Debian 13 cluster, in their order, in the other. The two clusters share nothing (names,
+# networks, state directories), and the Debian 13 modules keep their one cluster.
+OWN_CLUSTER_MODULES = {"test_local_cluster_debian12.py": "debian12"}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.e2e)
+        item.add_marker(pytest.mark.xdist_group(
+            OWN_CLUSTER_MODULES.get(item.path.name, "debian13")))
 
 
 # ---- evidence of a failure, saved before the cluster is removed -----------------------
