@@ -56,7 +56,8 @@ def vendor_dir() -> Path | None:
 
 def _publish(path: Path, text: str, private: bool = False) -> None:
     """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it):
-    the two test processes of 'make e2e' write these files at once when they collect."""
+    the two pytest processes of 'make e2e' (the Debian 12 module beside the others) write
+    these files at once when they collect."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "w") as handle:
@@ -164,18 +165,9 @@ _MODULE_SECONDS: dict[str, float] = defaultdict(float)
 _SHARED: dict[str, float] = {}
 
 
-# 'make e2e' runs two test processes (pytest-xdist, --dist loadgroup): the Debian 12 module,
-# which brings up and removes its own cluster, in one, and every module of the shared
-# Debian 13 cluster, in their order, in the other. The two clusters share nothing (names,
-# networks, state directories), and the Debian 13 modules keep their one cluster.
-OWN_CLUSTER_MODULES = {"test_local_cluster_debian12.py": "debian12"}
-
-
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.e2e)
-        item.add_marker(pytest.mark.xdist_group(
-            OWN_CLUSTER_MODULES.get(item.path.name, "debian13")))
 
 
 # ---- evidence of a failure, saved before the cluster is removed -----------------------
