@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     network_exists,
     quoted,
     vendor_dir,
+    wait_for,
 )
 
 STACK = e2e_stack("Pulumi.e2e-debian12.yaml")
@@ -135,15 +136,24 @@ def test_slurm_22_05_schedules_with_the_stacks_switch_tree(configured):
 
 def test_the_slurm_exporter_reads_slurm_22_05(configured):
     """The exporter on 22.05 (text forms; sdiag and sshare without --json): every node in
-    the state sinfo gives it, every Slurm command answered, the GPUs counted."""
+    the state sinfo gives it, every Slurm command answered, the GPUs counted. The exporter
+    refreshes on its own interval, so a job that just ended may still show for one refresh:
+    the states are compared until they agree (or the wait ends)."""
     address = yaml.safe_load(INVENTORY.read_text())["all"]["hosts"]["ctl"]["metalslurm_address"]
-    metrics = node_sh("ctl", f"curl -sf http://{address}:9341/metrics").splitlines()
-    states = dict(re.fullmatch(r'slurm_node_state\{node="([^"]+)",state="([^"]+)"\} 1\.0', m)
-                  .groups() for m in metrics if m.startswith("slurm_node_state{"))
-    sinfo = dict(line.split() for line in node_sh(
-        "ctl", "sinfo --noheader --Node --partition=train --format='%N %T'").splitlines())
-    assert states == {n: s.rstrip("*~#%!") for n, s in sinfo.items()} == {
-        "gpu-001": "idle", "gpu-002": "idle"}
+
+    def views() -> tuple[list[str], dict[str, str], dict[str, str]]:
+        metrics = node_sh("ctl", f"curl -sf http://{address}:9341/metrics").splitlines()
+        states = dict(re.fullmatch(r'slurm_node_state\{node="([^"]+)",state="([^"]+)"\} 1\.0',
+                                   m).groups()
+                      for m in metrics if m.startswith("slurm_node_state{"))
+        sinfo = dict(line.split() for line in node_sh(
+            "ctl", "sinfo --noheader --Node --partition=train --format='%N %T'").splitlines())
+        return metrics, states, {n: s.rstrip("*~#%!") for n, s in sinfo.items()}
+
+    wait_for("the exporter to show the nodes as sinfo does",
+             lambda: (lambda v: v[1] == v[2])(views()), timeout=90)
+    metrics, states, sinfo = views()
+    assert states == sinfo == {"gpu-001": "idle", "gpu-002": "idle"}
     assert "slurm_up 1.0" in metrics
     assert [m for m in metrics if m.startswith("slurm_exporter_command_up{")
             and not m.endswith(" 1.0")] == []

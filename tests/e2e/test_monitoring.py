@@ -180,15 +180,23 @@ def wait_for_alert(cluster, alertname: str, status: str, node: str) -> dict:
 
 
 def test_the_exporter_sees_every_node_and_gpu(cluster):
-    samples = metrics(cluster)
+    """The exporter refreshes on its own interval: its view is compared with sinfo's until
+    they agree (or the wait ends), then checked."""
+    def views():
+        samples = metrics(cluster)
+        states = cluster.ctl("sinfo --noheader --Node --partition=train --format='%N %T'").stdout
+        slurm_view = dict(line.split() for line in states.splitlines())
+        sleeping = {dict(lbl)["node"] for lbl, v in
+                    matching(samples, "slurm_node_flag", flag="powered_down").items() if v == 1}
+        return samples, slurm_view, sleeping
+
+    wait_for("the exporter to flag the nodes sinfo shows powered down", lambda: (
+        lambda v: v[2] == {n for n, s in v[1].items() if s.endswith("~")})(views()), timeout=90)
+    samples, slurm_view, sleeping = views()
     assert value(samples, "slurm_up") == 1
-    states = cluster.ctl("sinfo --noheader --Node --partition=train --format='%N %T'").stdout
-    slurm_view = dict(line.split() for line in states.splitlines())
     exported = {dict(lbl)["node"] for lbl in matching(samples, "slurm_node_state")}
     assert exported == set(slurm_view) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004"}
     # The elastic pair sleeps (idle~): their GPUs count, and are unavailable.
-    sleeping = {dict(lbl)["node"] for lbl, v in
-                matching(samples, "slurm_node_flag", flag="powered_down").items() if v == 1}
     assert sleeping == {n for n, s in slurm_view.items() if s.endswith("~")}
     assert value(samples, "slurm_gpus", status="total", type="h100") == 32
     assert value(samples, "slurm_gpus", status="unavailable", type="h100") == 8 * len(sleeping)
