@@ -160,6 +160,23 @@ def test_the_slurm_exporter_reads_slurm_22_05(configured):
     assert 'slurm_gpus{status="total",type="h100"} 8.0' in metrics
 
 
+def test_slurm_22_05_gives_the_prolog_the_jobs_gpus(configured):
+    """The GPU-to-job prolog (PrologFlags=Alloc) on 22.05: inside a 2-GPU job, the node's
+    textfile for node_exporter has exactly two series with the job's id, on two different
+    GPUs (SLURM_JOB_GPUS reached the prolog); the epilog takes them out afterwards."""
+    textfile = "/var/lib/prometheus/node-exporter/metalslurm-gpu-jobs.prom"
+    out = node_sh("ctl", "timeout 120 srun --nodes=1 --nodelist=gpu-001 --gres=gpu:2 sh -c "
+                         f"'echo job=$SLURM_JOB_ID; cat {textfile}'")
+    job = re.search(r"^job=(\d+)$", out, re.M).group(1)
+    held = [line for line in out.splitlines()
+            if line.startswith("metalslurm_gpu_job_info{") and f'jobid="{job}"' in line]
+    assert len(held) == 2, out
+    assert len({re.search(r'minor="(\d+)"', line).group(1) for line in held}) == 2, held
+    assert all('user="root"' in line for line in held), held
+    wait_for("the epilog to take the job's GPUs out", lambda: f'jobid="{job}"' not in node_sh(
+        "gpu-001", f"cat {textfile} 2>/dev/null || true"), timeout=60)
+
+
 def test_verify_suite_passes(configured):
     proc = metalslurm("verify", "-i", str(INVENTORY), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
