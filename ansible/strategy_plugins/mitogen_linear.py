@@ -10,6 +10,13 @@ py-spy on the default stack's converged re-run, that was two fifths of the worke
 time. The strategy imports the Jinja2 filters and tests once, in ansible-playbook, before
 the first worker forks, so every worker inherits them.
 
+Likewise Mitogen, the first time a worker runs a module from a collection, lists every
+installed collection's directory (``ansible.collections.list.list_collection_dirs``: the
+``ansible`` package's hundred-odd collections, each one's metadata read), and a worker runs
+one task: so every task of a collection module paid for that listing again, a fifth of the
+workers' time in a converged run of the monitoring roles (py-spy). The strategy lists them
+once, before the first worker forks, and the workers get that list.
+
 ansible.cfg names this plugin; ``ANSIBLE_STRATEGY=linear`` goes back to Ansible's own.
 The ``mitogen`` package is pinned with the project's Python dependencies.
 """
@@ -20,6 +27,7 @@ import contextlib
 import functools
 from pathlib import Path
 
+import ansible.collections.list
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 from ansible.plugins.loader import filter_loader, test_loader
@@ -56,7 +64,29 @@ def preload_jinja_plugins() -> None:
                 loader.get(f"{collection}.metalslurm_preload_absent")
 
 
+_list_collection_dirs = ansible.collections.list.list_collection_dirs
+
+
+@functools.cache
+def _installed_collection_dirs() -> tuple[bytes, ...]:
+    return tuple(_list_collection_dirs())
+
+
+def list_collection_dirs(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """Every installed collection's directory as Ansible lists it, listed once per run
+    (the collections installed do not change during a run); a filtered call asks Ansible."""
+    if args or kwargs:
+        return _list_collection_dirs(*args, **kwargs)
+    return iter(_installed_collection_dirs())
+
+
+def preload_collection_dirs() -> None:
+    ansible.collections.list.list_collection_dirs = list_collection_dirs
+    _installed_collection_dirs()
+
+
 class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
     def run(self, iterator, play_context, result=0):  # type: ignore[no-untyped-def]
         preload_jinja_plugins()
+        preload_collection_dirs()
         return super().run(iterator, play_context, result)
