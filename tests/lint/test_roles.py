@@ -161,7 +161,7 @@ def template_delimiters(role: str) -> dict[str, tuple[str, str]]:
     found = {}
     for path in role_files(role)["vars"]:
         for src, start, end in re.findall(
-                r"lookup\('ansible\.builtin\.template',\s*'([^']+)',\s*"
+                r"lookup\('(?:ansible\.builtin|metalslurm\.cluster)\.template',\s*'([^']+)',\s*"
                 r"variable_start_string='([^']+)',\s*variable_end_string='([^']+)'",
                 path.read_text()):
             found[src] = (start, end)
@@ -303,9 +303,10 @@ def test_the_roles_and_the_playbook_call_only_filters_the_collection_has():
         assert legacy == [], f"{path}: filters without the collection's name: {legacy}"
     assert used, "no role uses the collection's filters"
     modules = {p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py")}
+    lookups = {p.stem for p in (COLLECTION / "plugins" / "lookup").glob("*.py")}
     missing = {n: sorted(f) for n, f in used.items()
-               if n not in collection_filters() | modules}
-    assert missing == {}, f"filters or modules the collection does not have: {missing}"
+               if n not in collection_filters() | modules | lookups}
+    assert missing == {}, f"filters, modules or lookups the collection does not have: {missing}"
 
 
 PLUGIN_DIRS = {"filter_plugins", "library", "module_utils", "action_plugins",
