@@ -4,7 +4,7 @@ committed file is stale).
 
 They show what the Prometheus consoles show (roles/monitoring/files/consoles/): the cluster
 overview and one node, from the recording rules (roles/monitoring/files/metalslurm-recording.yml),
-the Slurm exporter's series, the GPU-to-job series of roles/gpu_job_map and node_exporter.
+the Slurm exporter's series, the GPU-to-job series of roles/monitoring_node and node_exporter.
 Every query goes through the data source variable ``DS_PROMETHEUS``. tests/unit/test_grafana.py
 checks the files against this module, the layout, and every query with promtool.
 """

@@ -1,5 +1,5 @@
 """``metalslurm:monitoring``: Prometheus, Alertmanager and the exporters (roles/monitoring,
-roles/node_exporter, roles/slurm_exporter).
+roles/monitoring_node, roles/slurm_exporter).
 
 The defaults of keys left out and the rules each value follows are the collection's
 (``module_utils/monitoring.py``), which the roles read too (a hand-written inventory is held

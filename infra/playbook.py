@@ -31,7 +31,7 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
                  ("mariadb", "(metalslurm_accounting | default({})).database_host "
                              "| default('', true) | length == 0")),
     "nfs_server": (("nfs-server", None),),
-    "node_exporter": (("prometheus-node-exporter", None),),
+    "monitoring_node": (("prometheus-node-exporter", "__metalslurm_monitoring_enabled | bool"),),
     "slurm_exporter": (("metalslurm-slurm-exporter", None),),
     "monitoring": (("prometheus", None), ("prometheus-alertmanager", None)),
     # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
@@ -41,6 +41,12 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 # Groups a play may leave out at run time (hosts set aside by the playbook itself).
 RUNTIME_GROUPS = ("metalslurm_powered_down", "metalslurm_up")
+# Groups the playbook fills at run time, with the condition (in inventory terms) a host
+# meets to be in one (site.yml's add_host).
+RUNTIME_MADE_GROUPS = {
+    "metalslurm_monitoring": ("__metalslurm_monitoring_enabled | bool",
+                              "inventory_hostname == __metalslurm_monitoring_host"),
+}
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,15 @@ class PlaybookMap:
 
     def _hosts(self, pattern: str) -> set[str]:
         # Groups the playbook makes at run time are empty here: leave them out of the
-        # pattern rather than have Ansible warn that they match nothing.
-        parts = [p for p in pattern.split(":") if p.lstrip("!&") not in RUNTIME_GROUPS]
+        # pattern rather than have Ansible warn that they match nothing; a group it fills
+        # by a condition is the hosts that meet it.
+        parts = pattern.split(":")
+        made = [p for p in parts if p in RUNTIME_MADE_GROUPS]
+        if made:
+            rest = ":".join(["all"] + [p for p in parts if p.startswith(("!", "&"))])
+            return {h for h in self._hosts(rest)
+                    if all(self._holds(h, RUNTIME_MADE_GROUPS[g]) for g in made)}
+        parts = [p for p in parts if p.lstrip("!&") not in RUNTIME_GROUPS]
         known = set(self._inventory.groups) | set(self._inventory.hosts)
         parts = [p for p in parts if p.lstrip("!&") in known]
         if not [p for p in parts if not p.startswith(("!", "&"))]:

@@ -187,7 +187,7 @@ def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
     differs sends it through its write tasks), and the run after changes nothing."""
     up.ctl("chmod 600 /etc/prometheus/prometheus.yml && echo '<!-- by hand -->' >> "
            "/etc/prometheus/consoles/metalslurm-node.html && "
-           "systemctl stop prometheus-alertmanager")
+           "systemctl stop prometheus-alertmanager metalslurm-slurm-exporter")
     up.on("gpu-001", "rm /usr/local/sbin/metalslurm-epilog && "
                      "systemctl stop prometheus-node-exporter")
     back = run_playbook(up.inventory, out=lambda _line: None)
@@ -196,11 +196,12 @@ def test_going_back_to_the_stack_config_restarts_again_then_settles(up):
     assert "Restart slurmctld" in changed["ctl"]
     assert {"Write Prometheus' configuration", "Keep Alertmanager running",
             "Write the scrape targets (every node, the Slurm exporter, DCGM's) and the consoles"
-            } <= set(changed["ctl"]), changed
+            , "Keep the Slurm exporter running"} <= set(changed["ctl"]), changed
     assert {"Name it as the prolog and the epilog", "Keep node_exporter running"} <= \
         set(changed["gpu-001"]), changed
     assert up.ctl("stat -c %a /etc/prometheus/prometheus.yml && systemctl is-active "
-                  "prometheus-alertmanager").stdout.split() == ["644", "active"]
+                  "prometheus-alertmanager metalslurm-slurm-exporter").stdout.split() == \
+        ["644", "active", "active"]
     assert "by hand" not in up.ctl("cat /etc/prometheus/consoles/metalslurm-node.html").stdout
     assert up.on("gpu-001", "readlink /usr/local/sbin/metalslurm-epilog && systemctl is-active "
                             "prometheus-node-exporter").stdout.split() == \

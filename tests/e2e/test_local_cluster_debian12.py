@@ -1,6 +1,7 @@
 """Debian 12 nodes (Slurm 22.05): configure, every node with the operator's munge key (and
 a configure that names no key file refused before munge is touched), a multi-node srun,
-the verify suite, a second configure with nothing to change, scaling down, a lost state
+the verify suite, a second configure with nothing to change, Prometheus moved to another
+node and monitoring turned off and on, scaling down, a lost state
 directory, and 'down' removing everything. This module brings up and removes its own
 cluster."""
 
@@ -10,6 +11,7 @@ import base64
 import hashlib
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -186,6 +188,62 @@ def test_second_configure_changes_nothing(configured):
     result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
+
+
+def _units(node: str, units: list[str]) -> list[str]:
+    """'active enabled' (or 'inactive disabled'...) per unit, as systemctl says."""
+    names = " ".join(units)
+    return node_sh(node, f"for u in {names}; do echo $(systemctl is-active $u) "
+                         f"$(systemctl is-enabled $u); done").splitlines()
+
+
+def test_moving_prometheus_and_turning_monitoring_off_stop_what_no_longer_runs(configured):
+    """Prometheus moved to gpu-001 (metalslurm_monitoring.host): the next configure starts it
+    there and stops and disables Prometheus and Alertmanager on the controller (two would
+    send every alert twice). Monitoring turned off: every node's node_exporter, the Slurm
+    exporter and Prometheus are stopped and disabled, slurm.conf loses the GPU prolog, and a
+    second run changes nothing. Turned back on: all of it runs on the controller again, and
+    gpu-001's Prometheus stays stopped."""
+    inventory = yaml.safe_load(INVENTORY.read_text())
+    monitoring = inventory["all"]["vars"]["metalslurm_monitoring"]
+    password_file = inventory["all"]["vars"]["monitoring_password_file"]
+    password = Path(password_file).read_text().strip()
+    gpu1 = inventory["all"]["hosts"]["gpu-001"]["metalslurm_address"]
+    prometheus = ["prometheus", "prometheus-alertmanager"]
+    exporters = ["prometheus-node-exporter"]
+
+    moved = run_playbook(INVENTORY, out=lambda _line: None,
+                         extra_vars={"metalslurm_monitoring": {**monitoring, "host": "gpu-001"}})
+    assert moved.ok, moved.failures
+    assert ("ctl", "Stop the monitoring services this node no longer runs") in moved.changed_tasks
+    assert _units("ctl", prometheus) == ["inactive disabled"] * 2
+    assert _units("gpu-001", prometheus) == ["active enabled"] * 2
+    assert node_sh("ctl", f"curl -s -o /dev/null -w '%{{http_code}}' "
+                          f"http://{gpu1}:9090/-/ready") == "401"
+    assert node_sh("ctl", f"curl -s -u metalslurm:{quoted(password)} "
+                          f"http://{gpu1}:9090/-/ready").startswith("Prometheus Server is Ready")
+
+    off = {"metalslurm_monitoring": {**monitoring, "enabled": False}}
+    result = run_playbook(INVENTORY, out=lambda _line: None, extra_vars=off)
+    assert result.ok, result.failures
+    assert _units("gpu-001", prometheus + exporters) == ["inactive disabled"] * 3
+    assert _units("ctl", exporters + ["metalslurm-slurm-exporter"]) == \
+        ["inactive disabled"] * 2
+    assert _units("gpu-002", exporters) == ["inactive disabled"]
+    assert node_sh("ctl", "grep -cE '^(Prolog|Epilog|PrologFlags)=' /etc/slurm/slurm.conf "
+                          "|| true") == "0"
+    again = run_playbook(INVENTORY, out=lambda _line: None, extra_vars=off)
+    assert again.ok, again.failures
+    assert again.changed_tasks == []
+
+    back = run_playbook(INVENTORY, out=lambda _line: None)
+    assert back.ok, back.failures
+    assert _units("ctl", prometheus + exporters + ["metalslurm-slurm-exporter"]) == \
+        ["active enabled"] * 4
+    assert _units("gpu-002", exporters) == ["active enabled"]
+    assert _units("gpu-001", prometheus) == ["inactive disabled"] * 2
+    assert node_sh("ctl", "grep -E '^Prolog=' /etc/slurm/slurm.conf") == \
+        "Prolog=/usr/local/sbin/metalslurm-prolog"
 
 
 def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path):

@@ -254,7 +254,7 @@ def prometheus_query(cluster, query: str, at: float | None = None) -> list[dict]
 
 
 def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster):
-    """The prolog/epilog (roles/gpu_job_map) on gpu-001's fake GPUs, their UUIDs from a
+    """The prolog/epilog (roles/monitoring_node) on gpu-001's fake GPUs, their UUIDs from a
     STAND-IN nvidia-smi replaying the DGX H100 fixture; the job's series reach Prometheus
     through node_exporter and leave when the job ends."""
     assert re.search(r"^Prolog(\[0\])? *= /usr/local/sbin/metalslurm-prolog$",  # [0]: 24.11

@@ -6,7 +6,7 @@ Grafana's 24-column grid without overlap; every panel queries through the ``DS_P
 variable; every query parses (``promtool check rules`` on them written as recording rules;
 skipped without promtool, from Debian's ``prometheus`` package); every metric a query names
 exists: a recording rule, a series the Slurm exporter writes for the recorded outputs under
-tests/fixtures/slurm/exporter/, the GPU-to-job series of roles/gpu_job_map, or
+tests/fixtures/slurm/exporter/, the GPU-to-job series of roles/monitoring_node, or
 one of the few node_exporter and Prometheus names listed here.
 """
 
@@ -35,7 +35,7 @@ from tests.paths import FIXTURES, REPO, ROLES
 
 RECORDING_RULES = ROLES / "monitoring" / "files" / "metalslurm-recording.yml"
 EXPORTER = ROLES / "slurm_exporter" / "files" / "metalslurm-slurm-exporter"
-GPU_JOBS = ROLES / "gpu_job_map" / "files" / "metalslurm-gpu-jobs"
+GPU_JOBS = ROLES / "monitoring_node" / "files" / "metalslurm-gpu-jobs"
 RECORDED = FIXTURES / "slurm" / "exporter"
 # Series neither the rules nor metalslurm's programs make: node_exporter's, Prometheus' own.
 NODE_EXPORTER = {"node_boot_time_seconds", "node_cpu_seconds_total", "node_filesystem_avail_bytes",

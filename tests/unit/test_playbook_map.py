@@ -60,7 +60,7 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_common",
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
-            "mpi", "node_exporter", "gpu_job_map", "slurm_exporter", "monitoring"} == roles
+            "mpi", "monitoring_node", "slurm_exporter", "monitoring"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,

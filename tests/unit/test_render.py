@@ -70,7 +70,7 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
                 for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
     facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
                   "gather_facts": False, "tasks": [set_facts_task(NODE_FACTS)]}
-    if static_prolog:  # as gpu_job_map publishes it on the nodes that are up (the static ones)
+    if static_prolog:  # as monitoring_node publishes it on the nodes that are up (the static ones)
         facts_play["tasks"].append({"ansible.builtin.set_fact": {
             "metalslurm_node": {"job_prolog": "/usr/local/sbin/metalslurm-prolog"}},
             "when": "metalslurm_node_state == 'static'"})

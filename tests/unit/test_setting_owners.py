@@ -288,19 +288,19 @@ def test_slurm_conf_names_the_health_checker_where_its_role_installs_it():
 
 
 def test_slurm_conf_names_the_prolog_and_epilog_where_their_role_installs_them():
-    controller, role = role_defaults("slurm_controller"), role_defaults("gpu_job_map")
+    controller, role = role_defaults("slurm_controller"), role_defaults("monitoring_node")
     assert (controller["slurm_controller_job_prolog"], controller["slurm_controller_job_epilog"]) \
-        == (role["gpu_job_map_prolog"], role["gpu_job_map_epilog"])
+        == (role["monitoring_node_job_prolog"], role["monitoring_node_job_epilog"])
 
 
-def test_the_gpu_job_map_writes_where_node_exporter_reads():
-    program = (ROLES / "gpu_job_map/files/metalslurm-gpu-jobs").read_text()
+def test_the_gpu_job_prolog_writes_where_node_exporter_reads():
+    program = (ROLES / "monitoring_node/files/metalslurm-gpu-jobs").read_text()
     textfile_dir = re.search(r'^TEXTFILE_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
-    assert textfile_dir == role_defaults("node_exporter")["node_exporter_textfile_dir"]
+    assert textfile_dir == role_defaults("monitoring_node")["monitoring_node_textfile_dir"]
 
 
-def test_the_dcgm_exporter_reads_the_job_files_where_the_gpu_job_map_writes_them():
-    program = (ROLES / "gpu_job_map/files/metalslurm-gpu-jobs").read_text()
+def test_the_dcgm_exporter_reads_the_job_files_where_the_gpu_job_prolog_writes_them():
+    program = (ROLES / "monitoring_node/files/metalslurm-gpu-jobs").read_text()
     map_dir = re.search(r'^DCGM_MAP_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
     assert map_dir == role_defaults("nvidia_gpu")["nvidia_gpu_dcgm_job_map_dir"]
 

@@ -1,4 +1,4 @@
-"""Monitoring (roles/node_exporter, roles/slurm_exporter, roles/monitoring): every node's
+"""Monitoring (roles/monitoring_node, roles/slurm_exporter, roles/monitoring): every node's
 node_exporter answers on its private address only, the Slurm exporter answers and reaches
 Slurm, Prometheus has every expected target up (an elastic node Slurm holds powered down
 excepted: it is expected to be gone), Alertmanager is reachable, and both web UIs refuse
@@ -88,7 +88,7 @@ def test_node_exporter_reports_the_nodes_daemons(host, host_name, cluster):
 
 
 def test_compute_nodes_have_the_gpu_job_prolog_that_slurm_conf_names(host, host_name, cluster):
-    """Slurm runs the prolog/epilog of roles/gpu_job_map on every compute node (a Prolog a
+    """Slurm runs the prolog/epilog of roles/monitoring_node on every compute node (a Prolog a
     node lacks would drain it); it never fails, even for a job that does not exist."""
     if host_name not in cluster.compute:
         pytest.skip(f"{host_name} runs no jobs")

@@ -73,6 +73,37 @@ def managed_drift(state: Any, wanted: Mapping[str, Any]) -> list[str]:
     return drift
 
 
+# systemd's words for a unit that runs or starts at boot.
+RUNNING = ("active", "activating", "reloading")
+ENABLED = ("enabled", "enabled-runtime", "linked", "linked-runtime")
+
+
+def managed_retire(state: Any, retirable: Any) -> list[str]:
+    """The units of ``retirable`` ([{unit, marker, runs}]) to stop and disable: those that
+    must not run here (``runs`` false), whose ``marker`` file exists (metalslurm set them
+    up), and that run or are enabled, by ``state`` (managed_state's result, which read the
+    markers and the units). A ``state`` that is not a result (the probe was skipped) stops
+    nothing."""
+    if not isinstance(state, Mapping) or not isinstance(state.get("paths"), Mapping):
+        return []
+    if not isinstance(retirable, list):
+        raise ManagedStateError(f"retirable units must be a list, got {retirable!r}")
+    paths, units = state["paths"], state.get("units") or {}
+    stop = []
+    for entry in retirable:
+        if not isinstance(entry, Mapping) or not entry.get("unit") or not entry.get("marker"):
+            raise ManagedStateError(f"a retirable unit needs unit and marker: {entry!r}")
+        if str(entry.get("runs", False)).lower() in ("true", "1", "yes"):
+            continue
+        seen = units.get(entry["unit"]) or {}
+        marker = paths.get(entry["marker"])
+        if (isinstance(marker, Mapping) and marker.get("exists")
+                and (seen.get("active") in RUNNING or seen.get("enabled") in ENABLED)
+                and entry["unit"] not in stop):
+            stop.append(entry["unit"])
+    return stop
+
+
 def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
     """The paths managed_state must read for ``wanted``."""
     return [_entry(kind, entry)["path"]
@@ -83,4 +114,5 @@ def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"managed_drift": filter_errors(ManagedStateError)(managed_drift),
-                "managed_paths": filter_errors(ManagedStateError)(managed_paths)}
+                "managed_paths": filter_errors(ManagedStateError)(managed_paths),
+                "managed_retire": filter_errors(ManagedStateError)(managed_retire)}

@@ -11,6 +11,7 @@ from ansible_collections.metalslurm.cluster.plugins.filter.managed import (
     FilterModule,
     managed_drift,
     managed_paths,
+    managed_retire,
 )
 
 FILTERS = FilterModule().filters()
@@ -98,3 +99,48 @@ def test_an_entry_without_a_path_reaches_the_play_as_a_filter_error():
         FILTERS["managed_drift"](converged()[0], {"files": [{"content": "x"}]})
     with pytest.raises(AnsibleFilterError, match="a managed directory without a path"):
         FILTERS["managed_paths"]({"directories": [""]})
+
+
+# Retiring: monitoring turned off, or Prometheus moved to another host.
+MARKER = "/etc/prometheus/metalslurm-web.yml"
+RETIRABLE = [{"unit": "prometheus", "marker": MARKER, "runs": False},
+             {"unit": "prometheus-alertmanager", "marker": MARKER, "runs": "False"},
+             {"unit": "prometheus-node-exporter", "marker": "/etc/ne.conf", "runs": True}]
+
+
+def retire_state(marker: bool = True, **units: tuple[str, str]) -> dict:
+    return {"paths": {MARKER: {"exists": marker}, "/etc/ne.conf": {"exists": True}},
+            "units": {name.replace("_", "-"): {"active": active, "enabled": enabled}
+                      for name, (active, enabled) in units.items()}}
+
+
+def test_a_service_that_must_not_run_here_and_runs_is_stopped():
+    state = retire_state(prometheus=("active", "enabled"),
+                         prometheus_alertmanager=("inactive", "enabled"),
+                         prometheus_node_exporter=("active", "enabled"))
+    assert managed_retire(state, RETIRABLE) == ["prometheus", "prometheus-alertmanager"]
+
+
+def test_a_stopped_and_disabled_service_is_left_alone():
+    state = retire_state(prometheus=("inactive", "disabled"),
+                         prometheus_alertmanager=("failed", "disabled"))
+    assert managed_retire(state, RETIRABLE) == []
+
+
+def test_a_service_metalslurm_did_not_set_up_is_never_touched():
+    """No marker file: the site's own Prometheus on that host."""
+    state = retire_state(marker=False, prometheus=("active", "enabled"),
+                         prometheus_alertmanager=("active", "enabled"))
+    assert managed_retire(state, RETIRABLE) == []
+
+
+def test_a_service_that_runs_here_is_kept_and_an_unread_state_stops_nothing():
+    state = retire_state(prometheus_node_exporter=("active", "enabled"))
+    assert managed_retire(state, RETIRABLE[2:]) == []
+    assert managed_retire(None, RETIRABLE) == []
+    assert managed_retire({"skipped": True}, RETIRABLE) == []
+
+
+def test_a_malformed_retirable_list_is_refused_naming_the_entry():
+    with pytest.raises(AnsibleFilterError, match="needs unit and marker"):
+        FILTERS["managed_retire"](retire_state(), [{"unit": "prometheus"}])

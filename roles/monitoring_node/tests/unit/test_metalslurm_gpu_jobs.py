@@ -1,5 +1,5 @@
 """The prolog/epilog that records which job holds which GPU
-(roles/gpu_job_map/files/metalslurm-gpu-jobs), run as slurmd runs it: with the job's
+(roles/monitoring_node/files/metalslurm-gpu-jobs), run as slurmd runs it: with the job's
 environment, against a stand-in nvidia-smi replaying the DGX H100 fixture of tests/fixtures/gpu
 (labelled as such), into temporary state, textfile and DCGM mapping directories."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from tests.paths import REPO
 
-PROGRAM = REPO / "roles" / "gpu_job_map" / "files" / "metalslurm-gpu-jobs"
+PROGRAM = REPO / "roles" / "monitoring_node" / "files" / "metalslurm-gpu-jobs"
 FIXTURE = REPO / "tests" / "fixtures" / "gpu" / "dgx-h100-healthy.xml"
 
 _loader = importlib.machinery.SourceFileLoader("metalslurm_gpu_jobs", str(PROGRAM))
