@@ -161,7 +161,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "pendingThreshold, diskFreeRatio, groupWait, groupInterval, repeatInterval, "
              "receivers (webhook, slack, email), secretsFile.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
-             "branch, version, fabricManager, fabricManagerVersion, dcgm, gpudirect, "
+             "branch, version, fabricManager, fabricManagerVersion, dcgm, dcgmVersion, "
+             "dcgmExporterVersion, gpudirect, "
              "containerToolkit, mig, rebootPolicy, repository, containerToolkitRepository.", {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),

@@ -21,8 +21,8 @@ from infra.schema import Collector
 from infra.schema import key as stack_key
 
 _KEYS = ("mode", "branch", "version", "fabricManager", "fabricManagerVersion", "dcgm",
-         "gpudirect", "containerToolkit", "mig", "rebootPolicy", "repository",
-         "containerToolkitRepository")
+         "dcgmVersion", "dcgmExporterVersion", "gpudirect", "containerToolkit", "mig",
+         "rebootPolicy", "repository", "containerToolkitRepository")
 
 
 
@@ -50,6 +50,8 @@ class GpuSettings:
     fabric_manager: str = "auto"     # auto: where lspci shows NVSwitches
     fabric_manager_version: str = ""  # must be the driver's, when given
     dcgm: bool = True
+    dcgm_version: str = ""           # empty: the newest at the first install, then held
+    dcgm_exporter_version: str = ""  # likewise; an exporter release is built for one DCGM
     gpudirect: str = "auto"
     container_toolkit: bool = True   # when containers are enabled
     mig: bool = False
@@ -62,6 +64,8 @@ class GpuSettings:
         return {"mode": self.mode, "branch": self.branch, "version": self.version,
                 "fabric_manager": self.fabric_manager,
                 "fabric_manager_version": self.fabric_manager_version, "dcgm": self.dcgm,
+                "dcgm_version": self.dcgm_version,
+                "dcgm_exporter_version": self.dcgm_exporter_version,
                 "gpudirect": self.gpudirect, "container_toolkit": self.container_toolkit,
                 "mig": self.mig, "reboot_policy": self.reboot_policy,
                 "repository": self.repository.inventory_vars(),
@@ -103,6 +107,8 @@ def parse_gpu(c: Collector, raw: Mapping[str, Any], os_name: str | None,
         fabric_manager=text("fabricManager", d.fabric_manager),
         fabric_manager_version=text("fabricManagerVersion", d.fabric_manager_version),
         dcgm=c.boolean(item, "dcgm", f"{where}.dcgm", d.dcgm),
+        dcgm_version=text("dcgmVersion", d.dcgm_version),
+        dcgm_exporter_version=text("dcgmExporterVersion", d.dcgm_exporter_version),
         gpudirect=text("gpudirect", d.gpudirect),
         container_toolkit=c.boolean(item, "containerToolkit", f"{where}.containerToolkit",
                                     d.container_toolkit),
@@ -114,7 +120,8 @@ def parse_gpu(c: Collector, raw: Mapping[str, Any], os_name: str | None,
         if os_name and os_name.startswith("ubuntu") else os_name
     names = {"fabric_manager": "fabricManager", "fabric_manager_version":
              "fabricManagerVersion", "reboot_policy": "rebootPolicy",
-             "container_toolkit_repository": "containerToolkitRepository"}
+             "container_toolkit_repository": "containerToolkitRepository",
+             "dcgm_version": "dcgmVersion", "dcgm_exporter_version": "dcgmExporterVersion"}
     for problem in gpu_problems(settings.inventory_vars(), release, gpu_types):
         name, _, rest = problem.partition(" ")
         head = name.split(".")[0]

@@ -27,6 +27,9 @@ BRANCH_VERSIONS = ("580.65.06", "580.95.05", "590.44.01")
 NEWEST_OF_BRANCH = "580.95.05"
 DCGM_VERSION = "1:4.2.3-1"
 EXPORTER_VERSION = "4.1.3-1"
+# Older releases a pinned version moves to (the newest above is what an unpinned install gets).
+DCGM_OLDER = "1:4.2.2-1"
+EXPORTER_OLDER = "4.1.1-1"
 TOOLKIT_VERSION = "1.17.8-1"
 DESCRIPTION = ("STAND-IN for metalslurm's tests, not NVIDIA's package\n"
                " It carries the name and version of NVIDIA's package and installs only a\n"
@@ -139,10 +142,12 @@ def build(root: Path) -> StandinRepository:
         for name, (program, unit) in DRIVER_PACKAGES.items():
             _build_deb(cuda, name, f"{version}-1", program, unit)
     for dcgm in ("datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-cuda12"):
-        _build_deb(cuda, dcgm, DCGM_VERSION, "nv-hostengine",
-                   "nvidia-dcgm.service" if dcgm.endswith("13") else None)
-    _build_deb(cuda, "datacenter-gpu-manager-exporter", EXPORTER_VERSION, "dcgm-exporter",
-               "nvidia-dcgm-exporter.service", EXPORTER_STANDIN)
+        for version in (DCGM_OLDER, DCGM_VERSION):
+            _build_deb(cuda, dcgm, version, "nv-hostengine",
+                       "nvidia-dcgm.service" if dcgm.endswith("13") else None)
+    for version in (EXPORTER_OLDER, EXPORTER_VERSION):
+        _build_deb(cuda, "datacenter-gpu-manager-exporter", version, "dcgm-exporter",
+                   "nvidia-dcgm-exporter.service", EXPORTER_STANDIN)
     for name in ("nvidia-container-toolkit", "libnvidia-container-tools"):
         _build_deb(toolkit, name, TOOLKIT_VERSION, f"{name}-standin", None)
     for repo in (cuda, toolkit):

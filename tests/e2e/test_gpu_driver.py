@@ -204,11 +204,17 @@ def test_the_newest_driver_of_the_branch_is_installed_held_and_the_fabric_manage
 
 
 def test_an_exact_version_moves_the_held_driver_to_it_and_keeps_it_held(standin):
+    """The driver, DCGM and its exporter pinned to older versions than those installed:
+    each is moved down to exactly its version, past the holds, and stays held."""
     cluster, repo = standin
-    result = driver_run(cluster, repo, limit="gpu-002", version="580.65.06")
+    result = driver_run(cluster, repo, limit="gpu-002", version="580.65.06",
+                        dcgm_version=nvidia_standins.DCGM_OLDER,
+                        dcgm_exporter_version=nvidia_standins.EXPORTER_OLDER)
     assert result.ok, result.failures
-    assert {k: v for k, v in versions(cluster, "gpu-002").items() if k in DRIVER} == \
-        dict.fromkeys(DRIVER, "580.65.06-1")
+    assert {k: v for k, v in versions(cluster, "gpu-002").items() if k in DRIVER + DCGM} == {
+        **dict.fromkeys(DRIVER, "580.65.06-1"),
+        "datacenter-gpu-manager-4-cuda13": nvidia_standins.DCGM_OLDER,
+        "datacenter-gpu-manager-exporter": nvidia_standins.EXPORTER_OLDER}
     assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER + DCGM)
     assert "580.65.06-*" in cluster.on("gpu-002", f"cat {FILES[1]}").stdout
 

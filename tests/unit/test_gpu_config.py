@@ -27,7 +27,8 @@ def test_the_defaults_install_the_580_branch_from_nvidias_repository_with_its_pi
     cfg = parse_config(stack())
     assert cfg.gpu.inventory_vars() == {
         "mode": "install", "branch": "580", "version": "", "fabric_manager": "auto",
-        "fabric_manager_version": "", "dcgm": True, "gpudirect": "auto",
+        "fabric_manager_version": "", "dcgm": True, "dcgm_version": "",
+        "dcgm_exporter_version": "", "gpudirect": "auto",
         "container_toolkit": True, "mig": False, "reboot_policy": "never",
         "repository": {"url": "", "key_url": "", "key_fingerprint": ""},
         "container_toolkit_repository": {"url": "", "key_url": "", "key_fingerprint": ""}}
@@ -68,6 +69,20 @@ def test_a_fabric_manager_version_other_than_the_drivers_is_refused():
         .fabric_manager_version == "580.95.05"
 
 
+def test_dcgm_and_its_exporter_can_be_pinned_to_exact_package_versions():
+    cfg = parse_config(stack(dcgmVersion="1:4.2.3-1", dcgmExporterVersion="4.1.3-1"))
+    assert (cfg.gpu.inventory_vars()["dcgm_version"],
+            cfg.gpu.inventory_vars()["dcgm_exporter_version"]) == ("1:4.2.3-1", "4.1.3-1")
+    assert problems(dcgmExporterVersion="4.1.3 1", dcgmVersion="latest") == [
+        "metalslurm:gpu.dcgmVersion: is 'latest'; it must be a package version as apt shows it "
+        "(apt-cache policy), such as 1:4.2.3-1",
+        "metalslurm:gpu.dcgmExporterVersion: is '4.1.3 1'; it must be a package version as apt "
+        "shows it (apt-cache policy), such as 1:4.2.3-1"]
+    assert problems(dcgm=False, dcgmExporterVersion="4.1.3-1") == [
+        "metalslurm:gpu.dcgmExporterVersion: 4.1.3-1 is set but dcgm is false; remove it or "
+        "set dcgm true"]
+
+
 def test_a_version_of_another_branch_is_refused():
     assert problems(version="570.172.08") == [
         "metalslurm:gpu.version: 570.172.08 is not of branch 580; set branch to 570, or a 580 "
@@ -96,7 +111,8 @@ def test_mig_on_gpus_that_cannot_do_mig_is_refused():
     ({"repository": {"url": "ftp://mirror/cuda"}},
      "metalslurm:gpu.repository.url: 'ftp://mirror/cuda' must be an http(s):// or file:/ URL"),
     ({"drivers": "580"}, "metalslurm:gpu.drivers: unknown key; allowed keys: mode, branch, "
-                         "version, fabricManager, fabricManagerVersion, dcgm, gpudirect, "
+                         "version, fabricManager, fabricManagerVersion, dcgm, dcgmVersion, "
+                         "dcgmExporterVersion, gpudirect, "
                          "containerToolkit, mig, rebootPolicy, repository, "
                          "containerToolkitRepository"),
 ])

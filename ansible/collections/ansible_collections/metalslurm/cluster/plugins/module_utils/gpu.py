@@ -30,6 +30,8 @@ DEFAULT_BRANCH = "580"
 BRANCH_RE = re.compile(r"^[0-9]{3}$")
 VERSION_RE = re.compile(r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$")
 FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+# A Debian package version (epoch optional), as apt takes it after "name=".
+PACKAGE_VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
 # The first driver branch NVIDIA's CUDA repository carries for each release (the
 # repositories' directory names: ubuntu2204, ubuntu2404, debian12, debian13), from
 # NVIDIA's CUDA and driver installation guides: Debian 13's repository starts with CUDA
@@ -84,6 +86,14 @@ def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
         problems.append(f"fabric_manager_version {fm_version} differs from the driver's "
                         f"{version}: the fabric manager must be exactly the driver's version "
                         f"(CUDA fails with error 802 otherwise); remove it or set {version}")
+    for name in ("dcgm_version", "dcgm_exporter_version"):
+        value = str(settings.get(name) or "")
+        if value and not PACKAGE_VERSION_RE.match(value):
+            problems.append(f"{name} is {value!r}; it must be a package version as apt shows "
+                            f"it (apt-cache policy), such as 1:4.2.3-1")
+        elif value and settings.get("dcgm") is False:
+            problems.append(f"{name} {value} is set but dcgm is false; remove it or set dcgm "
+                            f"true")
     for name, choices in (("gpudirect", GPUDIRECT_CHOICES),
                           ("fabric_manager", FABRIC_MANAGER_CHOICES),
                           ("reboot_policy", REBOOT_POLICIES)):
