@@ -6,12 +6,13 @@ configure' runs it) on the cluster's inventory, ``--runs`` times with ``--agains
 revision, checked out in a temporary worktree), then ``--runs`` times with this checkout,
 each side after one warm-up run (which puts back the files the two revisions render
 differently: the sides cannot alternate without rewriting them).
-Prints each run's seconds per monitoring role (monitoring, node_exporter, slurm_exporter,
-gpu_job_map), their sum, the whole run, and the medians; then the ratio of the medians
-(this / against). Every measured run must change nothing.
+Prints each run's seconds per monitoring role (monitoring, monitoring_node, slurm_exporter;
+before monitoring_node there were node_exporter and gpu_job_map), their sum, the whole
+run, and the medians; then the ratio of the medians (this / against). Every measured run
+must change nothing.
 
     .venv/bin/python -m bench.bench_monitoring_configure \\
-        --inventory .metalslurm/e2e-debian13/inventory.yml --against 8140e67 --runs 3
+        --inventory .metalslurm/e2e-debian13/inventory.yml --against 7e2d467 --runs 5
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ROLES = ("monitoring", "node_exporter", "slurm_exporter", "gpu_job_map")
+ROLES = ("monitoring", "monitoring_node", "slurm_exporter", "node_exporter", "gpu_job_map")
 RECAP_LINE = re.compile(r"^(\w+) -+ ([0-9.]+)s$", re.M)
 CHANGED = re.compile(r"changed=(\d+)")
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 if changed:
                     sys.exit(f"{side} run {i + 1} changed {changed} task(s): not converged")
                 results[side].append((roles, seconds))
-                parts = " ".join(f"{r} {roles[r]:.2f}" for r in ROLES)
+                parts = " ".join(f"{r} {roles[r]:.2f}" for r in ROLES if roles[r])
                 print(f"{side:8s} run {i + 1}: {parts}  sum {sum(roles.values()):.2f} s, "
                       f"whole run {seconds:.1f} s, {changed} changed", flush=True)
     finally:
