@@ -40,7 +40,8 @@ status: deps
 
 lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
-	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh
+	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
+		tests/fixtures/gpu/*.sh
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint

@@ -45,6 +45,9 @@ options:
 """
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _text(node: ET.Element | None, path: str, default: str = "") -> str:
     found = node.find(path) if node is not None else None
     return (found.text or "").strip() if found is not None and found.text else default
@@ -67,7 +70,10 @@ def parse_topo(text: str) -> dict[int, dict[str, Any]]:
     """GPU index -> {cpus, numa_node, nvlink_peers, nvlinks} from ``nvidia-smi topo -m``'s
     matrix: the affinity columns, and the GPUs this one reaches over NVLink (``NV18``: a
     bonded set of 18 links, an H100 SXM's full complement)."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    # nvidia-smi underlines the header row with terminal escapes even into a pipe or a file
+    # (seen on driver 580, tests/fixtures/gpu/h100-vm-topo.txt): without them removed the
+    # first GPU column would be no GPU column and its NVLinks would not count.
+    lines = [line for line in ANSI_ESCAPE.sub("", text).splitlines() if line.strip()]
     if not lines:
         return {}
     header = [h.strip() for h in re.split(r"\t+", lines[0].strip())]

@@ -54,6 +54,14 @@ def test_the_fixture_has_eight_gpus_with_their_minor_numbers():
     assert len({v["uuid"] for v in table.values()}) == 8
 
 
+def test_a_recorded_h100_gives_its_index_and_uuid():
+    # Recorded on a real H100 with driver 580 (tests/fixtures/gpu/h100-vm-record.txt, where
+    # this program's prolog and epilog also ran against the live nvidia-smi).
+    recorded = (FIXTURE.parent / "h100-vm-smi.xml").read_text()
+    assert gj.parse_nvidia_smi(recorded) == {
+        0: {"index": "0", "uuid": "GPU-92f5db81-0a99-a977-66da-a93c1ccc49d5"}}
+
+
 def test_prolog_labels_exactly_the_jobs_gpus_and_epilog_removes_them(where):
     table = gj.parse_nvidia_smi(FIXTURE.read_text())
     assert gj.run(job("41", "2,5"), "metalslurm-prolog", **where) == "job 41 holds GPU(s) 2,5"

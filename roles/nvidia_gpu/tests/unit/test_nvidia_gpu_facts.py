@@ -46,6 +46,32 @@ def test_a_dgx_h100_maps_each_gpu_to_its_sockets_slurm_cores(facts_module, tmp_p
     assert gpus[4]["cpus"] == "56-111,168-223"
 
 
+def test_a_recorded_h100_vm_gives_its_gpu_and_the_one_sockets_cores(facts_module, tmp_path):
+    # Recorded on a real H100 passed through to a 16-CPU VM (driver 580.159.04; see
+    # tests/fixtures/gpu/h100-vm-record.txt): one GPU, no NVLink peers, one NUMA node.
+    gpus = facts_module.gpu_facts((GPU / "h100-vm-smi.xml").read_text(),
+                                  (GPU / "h100-vm-topo.txt").read_text(),
+                                  str(cpu_tree(tmp_path, 1, 16)))
+    assert gpus == [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                     "uuid": "GPU-92f5db81-0a99-a977-66da-a93c1ccc49d5",
+                     "pci_bus_id": "00000000:00:06.0", "minor": 0, "mig_mode": "Disabled",
+                     "cpus": "0-15", "numa_node": 0, "nvlink_peers": 0, "nvlinks": 0,
+                     "cores": "0-15"}]
+
+
+def test_the_headers_terminal_underline_does_not_hide_the_first_gpus_nvlinks(facts_module):
+    # nvidia-smi 580 wraps topo -m's header row in an underline escape even into a file
+    # (the recording h100-vm-topo.txt); the DGX matrix written that way must still count
+    # GPU0's NVLinks for every other GPU.
+    recorded_header = (GPU / "h100-vm-topo.txt").read_text().splitlines()[0]
+    assert recorded_header.startswith("\t\x1b[4mGPU0") and recorded_header.endswith("\x1b[0m")
+    header, *rest = (GPU / "dgx-h100-topo.txt").read_text().splitlines()
+    underlined = "\n".join(["\t\x1b[4m" + header.lstrip("\t") + "\x1b[0m", *rest])
+    found = facts_module.parse_topo(underlined)
+    assert {i: (v["nvlink_peers"], v["cpus"]) for i, v in found.items()} == {
+        i: (7, "0-55,112-167" if i < 4 else "56-111,168-223") for i in range(8)}
+
+
 def cpu_tree(root: Path, sockets: int, cores: int) -> Path:
     """``sockets`` sockets of ``cores`` cores each, no hyperthreads, CPUs numbered socket by
     socket."""

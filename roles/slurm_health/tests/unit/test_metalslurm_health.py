@@ -87,6 +87,35 @@ def test_stand_in_nvidia_smi_ecc_errors_and_a_pending_remap_fail(bin_dir):
     assert relaxed == {"gpu_count": True, "gpu_ecc": True, "gpu_rows": False}
 
 
+def test_a_recorded_h100_on_driver_580_parses_and_passes(bin_dir):
+    # Recorded on a real H100 (tests/fixtures/gpu/h100-vm-record.txt says where and how).
+    gpus = health.parse_nvidia_smi_xml((GPU_FIXTURES / "h100-vm-smi.xml").read_text())
+    assert gpus == [{"bus_id": "00000000:00:06.0", "name": "NVIDIA H100 80GB HBM3",
+                     "uuid": "GPU-92f5db81-0a99-a977-66da-a93c1ccc49d5", "ecc_uncorrected": 0,
+                     "retired_pending": False, "remap_failed": False, "remap_pending": False,
+                     "unrepairable": False, "repair_pending": []}]
+    smi_replaying(bin_dir, "h100-vm-smi.xml")
+    assert [(r.check, r.ok) for r in health.check_gpus(config(gpus={"count": 1, "type": "h100"}))
+            ] == [("gpu_count", True), ("gpu_ecc", True), ("gpu_rows", True)]
+
+
+@pytest.mark.parametrize(("element", "detail"), [
+    ("unrepairable_memory", "00000000:00:06.0 has unrepairable memory (replace the GPU)"),
+    ("channel_repair_pending", "00000000:00:06.0 has a CHANNEL repair pending (reset the GPU)"),
+    ("tpc_repair_pending", "00000000:00:06.0 has a TPC repair pending (reset the GPU)"),
+])
+def test_driver_580s_memory_repair_flags_fail_the_rows_check(bin_dir, tmp_path, element,
+                                                                detail):
+    recorded = (GPU_FIXTURES / "h100-vm-smi.xml").read_text()
+    assert recorded.count(f"<{element}>No</{element}>") == 1
+    (tmp_path / "smi.xml").write_text(recorded.replace(f"<{element}>No</{element}>",
+                                                       f"<{element}>Yes</{element}>"))
+    stand_in(bin_dir, "nvidia-smi", f'[ "$1 $2" = "-q -x" ] && exec cat {tmp_path / "smi.xml"}\n'
+             "exit 9\n")
+    rows = health.check_gpus(config(gpus={"count": 1, "type": "h100"}))[2]
+    assert (rows.check, rows.ok, rows.detail) == ("gpu_rows", False, detail)
+
+
 def test_stand_in_nvidia_smi_lost_gpu_fails_the_count(bin_dir):
     smi_replaying(bin_dir, "dgx-h100-lost-gpu.xml")
     first = health.check_gpus(config())[0]
