@@ -35,17 +35,26 @@ def _entry(kind: str, entry: Any) -> dict[str, Any]:
     return {**DEFAULTS[kind], **entry}
 
 
-def managed_drift(state: Any, wanted: Mapping[str, Any]) -> list[str]:
+def managed_drift(state: Any, wanted: Mapping[str, Any], installed: Any = None) -> list[str]:
     """One sentence per difference between ``state`` (managed_state's result) and
-    ``wanted``: ``files`` [{path, content, owner, group, mode}], ``directories`` [{path,
-    owner, group, mode} or a path], ``links`` [{path, src}], ``units`` [names that must be
-    active and enabled]. Left-out owner, group and
-    mode are root, root, 0644 (0755 for a directory). A ``state`` that is not a result (the
-    probe was skipped) is one difference: the write tasks decide."""
-    if not isinstance(state, Mapping) or not isinstance(state.get("paths"), Mapping):
-        return ["the node's state was not read"]
-    paths, units = state["paths"], state.get("units") or {}
+    ``wanted``: ``packages`` [names that must be installed, looked up in ``installed``, the
+    package facts], ``files`` [{path, content, owner, group, mode}], ``directories``
+    [{path, owner, group, mode} or a path], ``links`` [{path, src}], ``units`` [names that
+    must be active and enabled]. Left-out owner, group and mode are root, root, 0644 (0755
+    for a directory). A ``state`` that is not a result (the probe was skipped) is one
+    difference: the write tasks decide."""
     drift = []
+    packages = wanted.get("packages") or []
+    if packages:
+        if not isinstance(installed, Mapping | list):
+            raise ManagedStateError("wanted.packages needs the installed packages as the "
+                                    "second argument (ansible_facts.packages)")
+        missing = [name for name in packages if name not in installed]
+        if missing:
+            drift.append(f"packages missing: {', '.join(missing)}")
+    if not isinstance(state, Mapping) or not isinstance(state.get("paths"), Mapping):
+        return [*drift, "the node's state was not read"]
+    paths, units = state["paths"], state.get("units") or {}
     for kind, entries in (("file", wanted.get("files") or []),
                           ("directory", wanted.get("directories") or []),
                           ("link", wanted.get("links") or [])):

@@ -89,6 +89,21 @@ def test_a_state_that_was_not_read_sends_the_run_through_the_write_tasks(state):
     assert managed_drift(state, converged()[1]) == ["the node's state was not read"]
 
 
+def test_missing_packages_come_first_and_need_the_package_facts():
+    state, wanted = converged()
+    wanted = {**wanted, "packages": ["prometheus", "prometheus-alertmanager", "curl"]}
+    installed = {"curl": [{"version": "8"}], "prometheus": [{"version": "2.53"}]}
+    assert managed_drift(state, wanted, installed) == [
+        "packages missing: prometheus-alertmanager"]
+    assert managed_drift(None, wanted, {}) == [
+        "packages missing: prometheus, prometheus-alertmanager, curl",
+        "the node's state was not read"]
+    assert managed_drift(state, wanted, {**installed, "prometheus-alertmanager": []}) == []
+    with pytest.raises(AnsibleFilterError, match=r"wanted.packages needs the installed "
+                                                 r"packages .*ansible_facts.packages"):
+        FILTERS["managed_drift"](state, wanted)
+
+
 def test_the_paths_to_read_are_every_managed_one():
     assert managed_paths(converged()[1]) == [
         "/etc/p.yml", "/etc/secret", "/etc/rules", "/run/x", "/usr/sbin/prolog"]
