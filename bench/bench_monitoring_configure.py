@@ -17,6 +17,11 @@ one cold configure: the monitoring roles' seconds and their share of the run.
     .venv/bin/python -m bench.bench_monitoring_configure \\
         --inventory .metalslurm/e2e-debian13/inventory.yml \\
         --cold .metalslurm/e2e-stacks/Pulumi.e2e-debian13.yaml
+    .venv/bin/python -m bench.bench_monitoring_configure \\
+        --inventory .metalslurm/cold-2node/inventory.yml --cold bench/stacks/Pulumi.cold-2node.yaml
+
+(the last: the smallest monitored cluster, two nodes, so one node's installs do not wait for
+four others' on a two-core machine; ``metalslurm local down --stack`` it afterwards.)
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from infra.schema import NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = sorted(REPO.glob("Pulumi.example-*.yaml")) + [REPO / "Pulumi.local.yaml"] + sorted(
-    (REPO / "tests/e2e/stacks").glob("*.yaml"))
+    (REPO / "tests/e2e/stacks").glob("*.yaml")) + sorted((REPO / "bench/stacks").glob("*.yaml"))
 # A list, a mapping, a number, a string, null; and the near misses: a boolean, a float,
 # empty containers, containers of the wrong things, a number too big for any field.
 WRONG: list[Any] = [["x"], {"k": "v"}, 7, "s", None, True, 1.5, [], {}, [None],
