@@ -45,6 +45,7 @@ from infra.nccl_config import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
 from infra.providers.local_config import LocalSettings, parse_local
 from infra.providers.oci_config import OciSettings, parse_oci
+from infra.rest_config import RestSettings, parse_rest
 from infra.schema import (
     GPU_TYPES,
     MAX_GPUS_PER_NODE,
@@ -160,6 +161,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "scrapeInterval, exporterInterval, retentionTime, retentionSize, "
              "pendingThreshold, diskFreeRatio, groupWait, groupInterval, repeatInterval, "
              "receivers (webhook, slack, email), secretsFile.", {}),
+    StackKey("rest", "Slurm's REST API (slurmrestd, JWT tokens) - enabled, port, "
+             "listenAddress, maxTokenLifespan.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
              "branch, version, fabricManager, fabricManagerVersion, dcgm, dcgmVersion, "
              "dcgmExporterVersion, gpudirect, "
@@ -296,6 +299,7 @@ class ClusterConfig:
     health: HealthSettings = field(default_factory=HealthSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     monitoring: MonitoringSettings = field(default_factory=MonitoringSettings)
+    rest: RestSettings = field(default_factory=RestSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
@@ -642,6 +646,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     monitoring = parse_monitoring(c, raw, machines,
                                   [n for p in pools for n in p.elastic_names()], base_dir,
                                   secrets["alertSecrets"])
+    rest = parse_rest(c, raw, os_name, cidr)
 
     if c.problems:
         raise ConfigError(c.problems, source, value)
@@ -652,7 +657,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
-        monitoring=monitoring, configure=configure, byo=byo,
+        monitoring=monitoring, rest=rest, configure=configure, byo=byo,
         oci=oci)
 
 

@@ -33,6 +33,7 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "nfs_server": (("nfs-server", None),),
     "monitoring_node": (("prometheus-node-exporter", "__metalslurm_monitoring_enabled | bool"),),
     "slurm_exporter": (("metalslurm-slurm-exporter", None),),
+    "slurm_rest": (("slurmrestd", "__metalslurm_rest_enabled | bool"),),
     "monitoring": (("prometheus", None), ("prometheus-alertmanager", None)),
     # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
     "slurm_topology": (("metalslurm-ibsim",

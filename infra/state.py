@@ -71,7 +71,7 @@ SECRET_FILES = {
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file",
                    "monitoring_password_file")
 MUNGE_KEY_BYTES = 1024
-# munged refuses shorter keys (roles/munge/library/munge_key.py checks the same on the node;
+# munged refuses shorter keys (the collection's key_file module checks the same on the node;
 # tests/unit/test_setting_owners.py keeps the two equal).
 MUNGE_MIN_KEY_BYTES = 32
 # Secrets a cluster keeps for its life: a file already holding another value is never

@@ -1,5 +1,6 @@
 """Debian 12 nodes (Slurm 22.05): configure, every node with the operator's munge key (and
 a configure that names no key file refused before munge is touched), a multi-node srun,
+the REST API (slurmrestd 22.05 with JWT),
 the verify suite, a second configure with nothing to change, Prometheus moved to another
 node and monitoring turned off and on, scaling down, a lost state
 directory, and 'down' removing everything. This module brings up and removes its own
@@ -31,6 +32,7 @@ from tests.e2e.conftest import (
     vendor_dir,
     wait_for,
 )
+from tests.paths import load_module
 
 STACK = e2e_stack("Pulumi.e2e-debian12.yaml")
 CLUSTER = "ms-e2e12"
@@ -39,6 +41,7 @@ INVENTORY = STATE / "inventory.yml"
 NODES = ["ctl", "gpu-001", "gpu-002"]
 # An inventory that names no key file: the munge role refuses it (nodes never make a key).
 NO_KEY_FILE = {"munge_key_b64_file": ""}
+REST_URL = "http://10.78.12.10:6820"
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +163,26 @@ def test_the_slurm_exporter_reads_slurm_22_05(configured):
     assert [m for m in metrics if m.startswith("slurm_exporter_command_up{")
             and not m.endswith(" 1.0")] == []
     assert 'slurm_gpus{status="total",type="h100"} 8.0' in metrics
+
+
+def test_slurm_22_05_serves_the_rest_api_with_jwt(configured):
+    """slurmrestd 22.05 (openapi/v0.0.38) as its own user: carol's token, made with
+    'scontrol token', submits through the example client a job that runs as carol; no
+    token is refused with 401."""
+    import requests
+
+    client = load_module(REPO / "examples/slurm_rest_client.py", "slurm_rest_client_e2e12")
+    assert node_sh("ctl", "ps -o user:32= -C slurmrestd") == "slurmrestd"
+    token = node_sh("ctl", "scontrol token username=carol lifespan=600").removeprefix(
+        "SLURM_JWT=")
+    rest = client.SlurmRest(REST_URL, "carol", token)
+    assert rest.api == "v0.0.38"
+    job = rest.submit("#!/bin/bash\nid -un > /home/carol/rest-job.txt\n", "rest-e2e12",
+                      "/home/carol")
+    assert rest.wait(job, timeout=120) == "COMPLETED"
+    assert node_sh("ctl", "cat /home/carol/rest-job.txt") == "carol"
+    assert {j["job_id"]: rest.state(j) for j in rest.jobs()}[job] == "COMPLETED"
+    assert requests.get(f"{REST_URL}/slurm/v0.0.38/ping", timeout=30).status_code == 401
 
 
 def test_slurm_22_05_gives_the_prolog_the_jobs_gpus(configured):

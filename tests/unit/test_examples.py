@@ -323,3 +323,47 @@ def test_stage_one_of_the_pipeline_drops_blank_and_repeated_lines(tmp_path):
     run_python("prepare_corpus.py", "--source", str(source), "--output", str(corpus))
     assert corpus.read_text() == "b one\na two\nc three\n"
     assert not os.path.exists(f"{corpus}.partial")
+
+
+# ---- examples/slurm_rest_client.py: bad input stops before any request --------------------
+
+def run_rest_client(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("SLURM_JWT", "SLURMRESTD_URL", "SLURM_USER")}
+    return subprocess.run([sys.executable, str(EXAMPLES / "slurm_rest_client.py"), *args],
+                          capture_output=True, text=True, check=False,
+                          env={**clean, **env}, timeout=60)
+
+
+@pytest.mark.parametrize(("env", "missing"), [
+    ({"SLURMRESTD_URL": "http://127.0.0.1:9", "USER": "alice"}, "$SLURM_JWT"),
+    ({"SLURM_JWT": "t", "USER": "alice"}, "--url or $SLURMRESTD_URL"),
+])
+def test_the_rest_client_names_what_is_missing(env, missing):
+    proc = run_rest_client("jobs", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("slurm_rest_client: set ") and missing in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"\x89PNG\r\n\x1a\n\x00", "cannot read it as text"),
+    (b"sleep 1\n", "does not start with '#!'"),
+    (None, "cannot read it as text"),
+])
+def test_the_rest_client_refuses_a_script_that_is_not_one(tmp_path, content, problem):
+    script = tmp_path / "job.sbatch"
+    if content is not None:
+        script.write_bytes(content)
+    proc = run_rest_client("submit", str(script), env={
+        "SLURM_JWT": "t", "SLURMRESTD_URL": "http://127.0.0.1:9", "USER": "alice"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"slurm_rest_client: script {script}: ")
+    assert problem in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_rest_client_says_when_the_server_cannot_be_reached():
+    proc = run_rest_client("jobs", env={"SLURM_JWT": "t", "SLURMRESTD_URL": "http://127.0.0.1:9",
+                                        "USER": "alice"})
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("slurm_rest_client: cannot reach http://127.0.0.1:9: ")

@@ -15,10 +15,11 @@ def test_a_cluster_with_an_nfs_server_node():
     """The NFS server gets munge and node_exporter too (site.yml's first play covers
     nfs_server), and runs nfsd; the compute nodes, elastic ones included, run munge, slurmd
     and node_exporter; the controller the Slurm exporter, and Prometheus and Alertmanager
-    (the monitoring host by default)."""
+    (the monitoring host by default) and slurmrestd (the REST API is on by default)."""
     assert expected_services(INVENTORIES / "nfs-server.yml") == {
         "ctl": ["mariadb", "metalslurm-slurm-exporter", "munge", "prometheus",
-                "prometheus-alertmanager", "prometheus-node-exporter", "slurmctld", "slurmdbd"],
+                "prometheus-alertmanager", "prometheus-node-exporter", "slurmctld", "slurmdbd",
+                "slurmrestd"],
         "nfs": ["munge", "nfs-server", "prometheus-node-exporter"],
         "gpu-001": ["munge", "prometheus-node-exporter", "slurmd"],
         "gpu-002": ["munge", "prometheus-node-exporter", "slurmd"],
@@ -37,7 +38,7 @@ def test_monitoring_goes_where_the_inventory_says_or_nowhere(tmp_path):
     moved = expected_services(tmp_path / "moved.yml")
     assert (moved["ctl"], moved["nfs"]) == (
         ["mariadb", "metalslurm-slurm-exporter", "munge", "prometheus-node-exporter",
-         "slurmctld", "slurmdbd"],
+         "slurmctld", "slurmdbd", "slurmrestd"],
         ["munge", "nfs-server", "prometheus", "prometheus-alertmanager",
          "prometheus-node-exporter"])
     inventory["all"]["vars"]["metalslurm_monitoring"] = {"enabled": False}
@@ -45,11 +46,22 @@ def test_monitoring_goes_where_the_inventory_says_or_nowhere(tmp_path):
     assert expected_services(tmp_path / "off.yml")["gpu-001"] == ["munge", "slurmd"]
 
 
+def test_the_rest_api_runs_on_the_controller_unless_turned_off(tmp_path):
+    import yaml
+
+    inventory = yaml.safe_load((INVENTORIES / "nfs-server.yml").read_text())
+    inventory["all"]["vars"]["metalslurm_rest"] = {"enabled": False}
+    (tmp_path / "off.yml").write_text(yaml.safe_dump(inventory))
+    services = expected_services(tmp_path / "off.yml")
+    assert "slurmrestd" not in services["ctl"]
+    assert not any("slurmrestd" in units for units in services.values())
+
+
 def test_an_external_accounting_database_runs_no_mariadb_here():
     node = ["munge", "prometheus-node-exporter", "slurmd"]
     assert expected_services(INVENTORIES / "external-db.yml") == {
         "ctl": ["metalslurm-slurm-exporter", "munge", "prometheus", "prometheus-alertmanager",
-                "prometheus-node-exporter", "slurmctld", "slurmdbd"],
+                "prometheus-node-exporter", "slurmctld", "slurmdbd", "slurmrestd"],
         "gpu-001": node, "gpu-002": node, "gpu-003": node,
     }
 
@@ -60,7 +72,7 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_common",
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
-            "mpi", "monitoring_node", "slurm_exporter", "monitoring"} == roles
+            "mpi", "monitoring_node", "slurm_exporter", "monitoring", "slurm_rest"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,

@@ -23,6 +23,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     health,
     inventory_contract,
     monitoring,
+    rest,
 )
 
 from infra import state
@@ -30,8 +31,9 @@ from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
 from infra.health import HealthSettings
 from infra.inventory import cluster_vars
 from infra.monitoring_config import MonitoringSettings
+from infra.rest_config import RestSettings
 from infra.schema import Collector
-from tests.paths import REPO, ROLES, load_module
+from tests.paths import COLLECTION, REPO, ROLES, load_module
 
 HEALTH_PROGRAM = ROLES / "slurm_health/files/metalslurm-health"
 
@@ -114,7 +116,8 @@ def test_the_stack_parser_takes_each_providers_timings_from_their_owner(provider
 
 # A `| default(...)` on one of these settings would be a second owner of its default.
 OWNED_ELSEWHERE = re.compile(
-    r"(metalslurm_health|metalslurm_elastic|metalslurm_monitoring|slurm_health_settings|"
+    r"(metalslurm_health|metalslurm_elastic|metalslurm_monitoring|metalslurm_rest|"
+    r"slurm_health_settings|"
     r"slurm_elastic_settings|monitoring_settings|"
     r"slurm_controller_power_saving|__slurm_controller_power)\.\w+\s*\|\s*default\(")
 
@@ -125,16 +128,28 @@ OWNED_ELSEWHERE = re.compile(
 HEALTH_ENABLED = "__metalslurm_health_enabled: \"{{ metalslurm_health.enabled | default(%s) }}\""
 MONITORING_ENABLED = ("__metalslurm_monitoring_enabled: "
                       "\"{{ metalslurm_monitoring.enabled | default(%s) }}\"")
+REST_ENABLED = "__metalslurm_rest_enabled: \"{{ metalslurm_rest.enabled | default(%s) }}\""
 
 
 def test_the_playbook_keeps_no_copy_of_an_owned_default():
     kept = {HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower(),
-            MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower()}
+            MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower(),
+            REST_ENABLED % str(rest.DEFAULTS["enabled"]).lower()}
     copies = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
               for path in ansible_files()
               for n, line in enumerate(path.read_text().splitlines(), start=1)
               if OWNED_ELSEWHERE.search(line) and line.strip() not in kept]
     assert copies == []
+
+
+def test_the_playbooks_rest_switch_defaults_as_the_owner_says():
+    group_vars = (REPO / "ansible/group_vars/all/metalslurm.yml").read_text().splitlines()
+    assert REST_ENABLED % str(rest.DEFAULTS["enabled"]).lower() in group_vars
+
+
+def test_the_stack_parser_takes_the_rest_defaults_from_their_owner():
+    assert RestSettings().inventory_vars() == rest.DEFAULTS
+    assert parse_config({"metalslurm:provider": "local"}).rest.inventory_vars() == rest.DEFAULTS
 
 
 def test_the_playbooks_health_switch_defaults_as_the_owner_says():
@@ -158,7 +173,7 @@ def test_the_docs_table_of_timings_is_the_owners():
 
 def test_the_munge_modules_shortest_key_is_the_operator_sides():
     """The module runs on nodes and cannot import infra/: its copy is held equal here."""
-    module = load_module(ROLES / "munge/library/munge_key.py", "munge_key_owners")
+    module = load_module(COLLECTION / "plugins/modules/key_file.py", "key_file_owners")
     assert module.MIN_KEY_BYTES == state.MUNGE_MIN_KEY_BYTES
 
 

@@ -1,4 +1,5 @@
-"""The munge_key module, run as Ansible runs it: a process reading its JSON arguments."""
+"""The key_file module (the munge key, Slurm JWT key), run as Ansible runs it: a process
+reading its JSON arguments."""
 
 import base64
 import json
@@ -8,14 +9,14 @@ import sys
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import COLLECTION
 
 KEY = base64.b64encode(bytes(range(256)) * 4).decode()
 
 
 @pytest.fixture
 def run_module(tmp_path):
-    module = REPO / "roles/munge/library/munge_key.py"
+    module = COLLECTION / "plugins/modules/key_file.py"
 
     def run(**args):
         args.setdefault("_ansible_check_mode", False)
@@ -60,3 +61,16 @@ def test_bad_keys_are_refused(run_module, tmp_path, content, message):
     result = run_module(path=str(tmp_path / "k"), content_b64=content)
     assert result.get("failed") is True
     assert message in result["msg"]
+
+
+def test_the_jwt_key_is_written_the_same_way_with_its_own_floor(run_module, tmp_path):
+    """slurm_common writes Slurm's JWT key with the same module: 32 random bytes, the bytes
+    the operator's secret file holds."""
+    jwt_key = base64.b64encode(bytes(range(32))).decode()
+    key = tmp_path / "jwt_hs256.key"
+    assert run_module(path=str(key), content_b64=jwt_key, mode="0400")["changed"] is True
+    assert key.read_bytes() == bytes(range(32))
+    result = run_module(path=str(key), content_b64=base64.b64encode(b"k" * 16).decode(),
+                        min_bytes=32)
+    assert result.get("failed") is True and "needs at least 32" in result["msg"]
+    assert key.read_bytes() == bytes(range(32))

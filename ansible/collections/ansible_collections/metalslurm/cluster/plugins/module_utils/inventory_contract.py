@@ -16,6 +16,11 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring impo
     MonitoringSettingsError,
     monitoring_settings,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
+    RestSettingsError,
+    jwt_os_problem,
+    rest_settings,
+)
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
@@ -57,6 +62,7 @@ CLUSTER_VARS = {
     "metalslurm_gpu": "the NVIDIA driver stack",
     "metalslurm_health": "the node health checker",
     "metalslurm_monitoring": "Prometheus, Alertmanager, the exporters and the alert receivers",
+    "metalslurm_rest": "Slurm's REST API (slurmrestd with JWT tokens)",
 }
 # Per host (compute hosts: the GPU, state, switch, power and node option variables):
 HOST_VARS = {
@@ -201,7 +207,21 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     elif isinstance(host, str) and _get(hostvars, host, "metalslurm_node_state") == "cloud":
         problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
                         "it down when idle, and Prometheus with it); name a static host")
+    problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
+                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
+                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_private_cidr"))
     return problems
+
+
+def _rest_problems(rest: Any, os_name: Any, cidr: Any) -> list[str]:
+    if not isinstance(rest, Mapping):
+        return [f"metalslurm_rest: {rest!r} is not a mapping of REST API settings"]
+    try:
+        settings = rest_settings(rest, str(cidr) if cidr else None)
+    except RestSettingsError as exc:
+        return [str(exc)]
+    problem = jwt_os_problem(str(os_name)) if os_name and settings["enabled"] else None
+    return [f"metalslurm_rest.enabled is true (the default), but {problem}"] if problem else []
 
 
 def _compute_host_problems(h: str, hostvars: Mapping[str, Any]) -> list[str]:

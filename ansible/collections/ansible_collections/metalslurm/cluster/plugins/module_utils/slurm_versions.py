@@ -261,6 +261,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("slurm.conf", "AccountingStorageType", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "AccountingStorageType", "accounting_storage/slurmdbd", "≤21.08",
             _SLURM_CONF_OLD),
+    Setting("slurm.conf", "AuthAltParameters", None, "≤21.08", _SLURM_CONF_NEWER),
+    Setting("slurm.conf", "AuthAltParameters", "max_token_lifespan=*", "22.05",
+            "slurm.conf(5) of 22.05.8 and of 24.11.5; not in 21.08's NEWS or RELEASE_NOTES "
+            "(REST is refused on 21.08 anyway: no packaged JWT plugin, module_utils/rest.py)",
+            remedy="set metalslurm:rest maxTokenLifespan to 0 (no bound), or run Slurm 22.05 "
+            "or newer"),
+    Setting("slurm.conf", "AuthAltTypes", None, "≤21.08", _SLURM_CONF_NEWER),
+    Setting("slurm.conf", "AuthAltTypes", "auth/jwt", "≤21.08",
+            _SLURM_CONF_NEWER + "; NEWS § 20.02.0pre1 'Add auth/jwt plugin'"),
     Setting("slurm.conf", "AuthType", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "AuthType", "auth/munge", "≤21.08",
             _SLURM_CONF_OLD + "; RELEASE_NOTES 2.0: 'The default AuthType is now auth/munge'"),
@@ -417,6 +426,7 @@ SETTINGS: tuple[Setting, ...] = (
 # read item by item).
 LIST_SETTINGS = frozenset({
     ("slurm.conf", "accountingstorageenforce"),
+    ("slurm.conf", "authaltparameters"),
     ("slurm.conf", "accountingstoragetres"),
     ("slurm.conf", "preemptmode"),
     ("slurm.conf", "privatedata"),

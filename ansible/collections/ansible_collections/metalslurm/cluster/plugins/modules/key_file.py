@@ -1,27 +1,28 @@
 #!/usr/bin/python
-"""Ansible module: write a binary munge key, byte-exact, with owner and mode.
+"""Ansible module: write a binary key (munge's, Slurm's JWT key), byte-exact, with owner and mode.
 
-It never makes a key: the cluster's key is made once on the operator's side (infra/state.py,
+It never makes a key: the cluster's keys are made once on the operator's side (infra/state.py,
 or pulumi-random in a Pulumi stack) and kept there, so every node, including one powered
 down during a run, gets the same key on every run."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: munge_key
-short_description: Install a binary munge key from base64
+module: key_file
+short_description: Install a binary key from base64
 description:
   - Writes the decoded bytes of C(content_b64) to C(path) atomically when they differ,
     then sets owner, group and mode. The key never appears in the module's output.
 options:
   path: {type: path, required: true, description: Key file.}
   content_b64: {type: str, required: true, description: The key, base64-encoded.}
+  min_bytes: {type: int, default: 32, description: The shortest key the reader accepts.}
 extends_documentation_fragment: [files]
 """
 
 EXAMPLES = r"""
 - name: Install the cluster key
-  munge_key:
+  metalslurm.cluster.key_file:
     path: /etc/munge/munge.key
     content_b64: "{{ key_b64 }}"
     owner: munge
@@ -43,19 +44,18 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 # munged refuses shorter keys (infra/state.py checks the same before it writes a key file;
-# tests/unit/test_setting_owners.py keeps the two equal).
+# tests/unit/test_setting_owners.py keeps the two equal); Slurm's JWT keys are as long.
 MIN_KEY_BYTES = 32
 
 
-def decode_key(content_b64: str) -> bytes:
+def decode_key(content_b64: str, min_bytes: int = MIN_KEY_BYTES) -> bytes:
     """Decode and sanity-check a base64 key; raise ValueError with a usable message."""
     try:
         key = base64.b64decode("".join(content_b64.split()), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"content_b64 is not valid base64: {exc}") from None
-    if len(key) < MIN_KEY_BYTES:
-        raise ValueError(f"the munge key is {len(key)} bytes; munged needs at least "
-                         f"{MIN_KEY_BYTES}")
+    if len(key) < min_bytes:
+        raise ValueError(f"the key is {len(key)} bytes; its reader needs at least {min_bytes}")
     return key
 
 
@@ -72,6 +72,7 @@ def main() -> None:
         argument_spec={
             "path": {"type": "path", "required": True},
             "content_b64": {"type": "str", "required": True, "no_log": True},
+            "min_bytes": {"type": "int", "default": MIN_KEY_BYTES},
         },
         add_file_common_args=True,
         supports_check_mode=True,
@@ -79,14 +80,14 @@ def main() -> None:
     path = module.params["path"]
     existing = read_existing(path)
     try:
-        wanted = decode_key(module.params["content_b64"])
+        wanted = decode_key(module.params["content_b64"], module.params["min_bytes"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
 
     changed = existing != wanted
     if changed and not module.check_mode:
         directory = os.path.dirname(path) or "."
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".munge_key.")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".key_file.")
         try:
             os.fchmod(fd, 0o400)
             with os.fdopen(fd, "wb") as f:
