@@ -17,13 +17,15 @@ from tests.paths import REPO
 ROLE = REPO / "roles/slurm_rest"
 
 
-def render(tmp_path: Path, version: str, rest: dict | None = None) -> subprocess.CompletedProcess:
+def render(tmp_path: Path, version: str | None,
+           rest: dict | None = None) -> subprocess.CompletedProcess:
     play = [{
         "name": "Render slurmrestd's drop-in", "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
         "vars": {"ansible_managed": "rendered by a test", "metalslurm_address": "10.77.0.10",
                  "metalslurm_private_cidr": "10.77.0.0/24", "metalslurm_rest": rest or {},
-                 "ansible_facts": {"packages": {"slurm-client": [{"version": version}]}}},
+                 "ansible_facts": {"packages": {"slurm-client": [{"version": version}]}
+                                   if version else {}}},
         "tasks": [{"name": "Write it", "ansible.builtin.copy": {
             "content": "{{ __slurm_rest_dropin_content }}", "dest": str(tmp_path / "out.conf"),
             "mode": "0644"}}]}]
@@ -69,3 +71,12 @@ def test_an_address_outside_the_private_network_stops_the_role(tmp_path):
     assert "metalslurm_rest.listen_address 172.16.0.1 is outside the cluster's private " \
            "network 10.77.0.0/24" in proc.stdout
     assert not (tmp_path / "out.conf").exists()
+
+
+def test_before_slurm_is_installed_the_drop_in_still_renders(tmp_path):
+    """Check mode on a new node: no Slurm yet, so no release to take the plugins from; the
+    prediction renders (without them) instead of failing the run."""
+    proc = render(tmp_path, None)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert service_lines(tmp_path)[5] == ("ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt -s  "
+                                          "10.77.0.10:6820")
