@@ -32,6 +32,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,9 +53,20 @@ def run_once(checkout: Path, inventory: Path,
                ANSIBLE_PYTHON_INTERPRETER="auto_silent", ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     start = time.monotonic()
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
-                           str(inventory), "site.yml"], cwd=checkout / "ansible", env=env,
-                          capture_output=True, text=True, check=False)
+    # Its own process group: a bench stopped midway (SIGTERM, Ctrl-C) takes the playbook and
+    # its workers with it instead of leaving them configuring the cluster from a worktree
+    # that is about to be removed.
+    child = subprocess.Popen([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                              str(inventory), "site.yml"], cwd=checkout / "ansible", env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        stdout, _ = child.communicate()
+    except BaseException:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        raise
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, "")
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"the playbook failed in {checkout}:\n{proc.stdout[-3000:]}")
@@ -81,7 +93,12 @@ def cold(stack: Path, inventory: Path, timed: tuple[str, ...] = ROLES) -> int:
     return 0
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop)  # the worktree and the playbook are cleaned up
     parser = argparse.ArgumentParser(prog="python -m bench.bench_monitoring_configure")
     parser.add_argument("--inventory", type=Path, required=True)
     parser.add_argument("--against", help="a git revision to compare with")
