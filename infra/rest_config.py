@@ -4,7 +4,8 @@ The defaults of keys left out are the collection's table (``module_utils/rest.py
 the roles read too, for hand-written inventories; so are the per-release facts (whether the
 distribution packages the JWT plugin). Refused here, before any machine is touched: REST on
 an operating system whose Slurm has no packaged JWT plugin (named, with what to change), a
-listen address outside the private network, a port another daemon holds.
+listen address outside the private network, a port another daemon holds (the sentences are
+the table's, the same for a hand-written inventory).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
     DEFAULTS,
-    TAKEN_PORTS,
     jwt_os_problem,
     listen_address_problem,
+    port_problem,
 )
 
 from infra.schema import Collector
@@ -53,9 +54,8 @@ def parse_rest(c: Collector, raw: Mapping[str, Any], os_name: str | None,
     if enabled and no_jwt:
         c.problem(f"{where}.enabled", f"is true, but {no_jwt}")
     port = c.integer(item, "port", f"{where}.port", d.port, 1024, 65535)
-    if port in TAKEN_PORTS:
-        c.problem(f"{where}.port", f"{port} is a port another daemon of the cluster listens "
-                  f"on ({', '.join(map(str, TAKEN_PORTS))}); use {d.port}")
+    if port_problem(port):
+        c.problem(f"{where}.port", str(port_problem(port)))
     listen = c.string(item, "listenAddress", f"{where}.listenAddress", default="") or ""
     problem = listen_address_problem(listen, str(cidr) if cidr else None)
     if problem:

@@ -24,7 +24,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 )
 
 __all__ = ["DEFAULTS", "RELEASES", "RestRelease", "RestSettingsError", "jwt_os_problem",
-           "os_release", "rest_release", "rest_settings"]
+           "os_release", "port_problem", "rest_release", "rest_settings"]
 
 # slurmrestd's port in Slurm's own documentation (rest_quickstart, the packaged unit's
 # commented example and 24.11's default ExecStart).
@@ -137,10 +137,8 @@ def rest_settings(given: Mapping[str, Any] | None,
     if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
         raise RestSettingsError(f"metalslurm_rest.port {port!r} must be a port from 1024 to "
                                 "65535")
-    if port in TAKEN_PORTS:
-        raise RestSettingsError(f"metalslurm_rest.port {port} is a port another daemon of the "
-                                f"cluster listens on ({', '.join(map(str, TAKEN_PORTS))}); "
-                                f"use {DEFAULT_PORT}")
+    if port_problem(port):
+        raise RestSettingsError(f"metalslurm_rest.port {port_problem(port)}")
     lifespan = settings["max_token_lifespan"]
     if isinstance(lifespan, bool) or not isinstance(lifespan, int) or lifespan < 0:
         raise RestSettingsError("metalslurm_rest.max_token_lifespan must be a number of "
@@ -149,6 +147,14 @@ def rest_settings(given: Mapping[str, Any] | None,
     if problem:
         raise RestSettingsError(f"metalslurm_rest.listen_address {problem}")
     return settings
+
+
+def port_problem(port: Any) -> str | None:
+    """Why ``port`` (a number from 1024 to 65535) cannot be slurmrestd's, or None."""
+    if port in TAKEN_PORTS:
+        return (f"{port} is a port another daemon of the cluster listens on "
+                f"({', '.join(map(str, TAKEN_PORTS))}); use {DEFAULT_PORT}")
+    return None
 
 
 def listen_address_problem(value: Any, private_cidr: str | None) -> str | None:
