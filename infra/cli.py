@@ -188,11 +188,16 @@ def cmd_local_status(args: argparse.Namespace) -> int:
 
 
 def cmd_local_exec(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    """``exec NODE -- COMMAND``, or ``exec -- COMMAND`` on the submit host (the first
+    login node, else the controller)."""
+    words = list(args.words)
+    node = None if words[:1] == ["--"] else (words.pop(0) if words else None)
+    command = words[1:] if words[:1] == ["--"] else words
     if not command:
-        raise InputError("COMMAND", "is missing; write: metalslurm local exec NODE -- COMMAND "
-                         "[ARGS...]")
+        raise InputError("COMMAND", "is missing; write: metalslurm local exec [NODE] -- "
+                         "COMMAND [ARGS...] (no NODE: the login node, else the controller)")
     cfg, cluster = _local_cluster(args.stack)
+    args.node = cfg.submit_host if node is None else node
     nodes = [spec.name for spec in cluster.specs()]
     if args.node not in nodes:
         raise InputError("NODE", f"is not a node of cluster {cfg.cluster_name} (--stack "
@@ -402,10 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
     status = local_sub.add_parser("status", help="list the nodes and their state")
     status.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
     status.set_defaults(func=cmd_local_status)
-    ex = local_sub.add_parser("exec", help="run a command on a node: exec NODE -- CMD")
+    ex = local_sub.add_parser("exec", help="run a command on a node: exec [NODE] -- CMD (no "
+                              "NODE: the submit host, the first login node else the controller)")
     ex.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
-    ex.add_argument("node", metavar="NODE")
-    ex.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
+    ex.add_argument("words", nargs=argparse.REMAINDER, metavar="[NODE] -- COMMAND")
     ex.set_defaults(func=cmd_local_exec)
 
     conf = sub.add_parser("configure", help="run ansible/site.yml against an inventory")

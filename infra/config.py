@@ -40,6 +40,7 @@ from infra.containers_config import ContainerSettings, parse_containers
 from infra.gpu_config import GpuSettings, parse_gpu
 from infra.health import HealthSettings, parse_health
 from infra.inputs import InputError, load_yaml_argument, text_file_problem, type_name
+from infra.login_config import LoginSettings, parse_login
 from infra.monitoring_config import MonitoringSettings, parse_monitoring
 from infra.nccl_config import NcclConfig, parse_nccl
 from infra.providers.byo_config import ByoSettings, parse_byo
@@ -133,6 +134,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "local: the image it builds (Debian only); byo: what every host must run; oci: "
              "what the imageId image is.", "debian13", "string"),
     StackKey("controller", "The controller - name (host name, default ctl).", {}),
+    StackKey("login", "Login nodes users SSH to and submit from - count, name (prefix), "
+             "shape (oci). byo: its hosts with role login.", {}),
     StackKey("computePools", "Compute pools - name, count, elasticCount, gpuType, gpuCount, "
              "shape.", DEFAULT_POOLS),
     StackKey("partitions", "Slurm partitions - name, pools, default, maxTime, defaultTime, "
@@ -300,12 +303,18 @@ class ClusterConfig:
     gpu: GpuSettings = field(default_factory=GpuSettings)
     monitoring: MonitoringSettings = field(default_factory=MonitoringSettings)
     rest: RestSettings = field(default_factory=RestSettings)
+    login: LoginSettings = field(default_factory=LoginSettings)
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
 
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]
+
+    @property
+    def submit_host(self) -> str:
+        """Where users submit jobs: the first login node, else the controller."""
+        return (self.login.names() or [self.controller_name])[0]
 
 
 def _parse_cidr(c: Collector, raw: Mapping[str, Any]) -> ipaddress.IPv4Network | None:
@@ -553,24 +562,30 @@ def _time_budgets(accounting: AccountingSettings) -> list[str]:
 
 
 def _check_node_names(c: Collector, pools: list[ComputePool], controller: str | None,
-                      storage: StorageSettings, cidr: ipaddress.IPv4Network | None) -> None:
-    node_names = [n for p in pools for n in p.node_names()]
+                      storage: StorageSettings, cidr: ipaddress.IPv4Network | None,
+                      login: LoginSettings) -> None:
+    node_names = [n for p in pools for n in p.node_names()] + login.names()
     if controller is not None:
         node_names.append(controller)
     if storage.backend == "nfs":
         node_names.append(storage.server)
     for dup in sorted({n for n in node_names if node_names.count(n) > 1}):
         c.problem(key("computePools"), f"node name {dup!r} would be used by two nodes; "
-                  "rename the controller, the storage server or the pool")
+                  "rename the controller, the storage server, the login nodes or the pool")
     for n in node_names:
         if not NODE_NAME_RE.fullmatch(n):
             c.problem(key("computePools"), f"node name {n!r} is not a valid Slurm node/host "
                       "name")
     if cidr is not None:
         usable = cidr.num_addresses - 2 - RESERVED_HOST_ADDRESSES
-        if len(node_names) > usable:
+        # Login nodes are placed below the last address, which stays the NFS server's.
+        needed = len(node_names) + (1 if login.names() and storage.backend != "nfs" else 0)
+        if needed > usable:
             c.problem(key("privateCidr"), f"{cidr} has room for {usable} nodes, the config "
-                      f"asks for {len(node_names)}; use a larger network")
+                      f"asks for {needed}"
+                      + (" (login nodes leave the last address free)"
+                         if needed > len(node_names) else "")
+                      + "; use a larger network")
 
 
 def stack_keys(raw_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -628,19 +643,23 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         c.problem(key("registryCredentials"), f"and {key('containers')}.credentialsFile are "
                   "both set: keep one")
     local = parse_local(c, raw, provider, os_name)
+    login = parse_login(c, raw, provider)
     byo, hosts_by_pool = parse_byo(c, raw, provider, cidr, controller_name, storage, pools,
-                                   secrets)
+                                   secrets, login)
+    if byo is not None:
+        login = replace(login, count=len(byo.login_hosts()), hosts=byo.login_hosts())
     oci, shapes = parse_oci(c, raw, provider, cidr, pools, secrets)
     pools = [replace(p, hosts=hosts_by_pool.get(p.name, p.hosts),
                      shape=shapes.get(p.name, p.shape)) for p in pools]
-    _check_node_names(c, pools, controller_name, storage, cidr)
+    _check_node_names(c, pools, controller_name, storage, cidr, login)
     topology = parse_topology_settings(c, raw, [n for p in pools for n in p.node_names()])
     if topology is not None:
         topology = _resolve_simulator(c, topology, provider, base_dir)
     nccl = parse_nccl(c, raw)
     health = parse_health(c, raw)
     gpu = parse_gpu(c, raw, os_name, sorted({p.gpu_type for p in pools if p.gpu_type}))
-    machines = [n for p in pools for n in p.node_names()] + [controller_name or "ctl"]
+    machines = ([n for p in pools for n in p.node_names()] + [controller_name or "ctl"]
+                + login.names())
     if storage.backend == "nfs":
         machines.append(storage.server)
     monitoring = parse_monitoring(c, raw, machines,
@@ -657,7 +676,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
-        monitoring=monitoring, rest=rest, configure=configure, byo=byo,
+        monitoring=monitoring, rest=rest, login=login, configure=configure, byo=byo,
         oci=oci)
 
 

@@ -33,7 +33,13 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "nfs_server": (("nfs-server", None),),
     "monitoring_node": (("prometheus-node-exporter", "__metalslurm_monitoring_enabled | bool"),),
     "slurm_exporter": (("metalslurm-slurm-exporter", None),),
-    "slurm_rest": (("slurmrestd", "__metalslurm_rest_enabled | bool"),),
+    # On the REST host only: the first login node, else the controller.
+    "slurm_rest": (("slurmrestd", "__metalslurm_rest_enabled | bool and "
+                                  "inventory_hostname == __metalslurm_submit_host"),),
+    # sackd where the OS's Slurm has it (23.11 and later; tests/unit/test_playbook_map.py
+    # keeps this list equal to the release table's and the role's slurm_login_sackd_since).
+    "slurm_login": (("sackd", "metalslurm_os | default('debian13') not in "
+                              "['debian12', 'ubuntu22.04']"),),
     "monitoring": (("prometheus", None), ("prometheus-alertmanager", None)),
     # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
     "slurm_topology": (("metalslurm-ibsim",

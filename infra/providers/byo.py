@@ -34,18 +34,15 @@ def _direct(host: ByoHost) -> dict[str, Any]:
 
 
 def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
-    """Controller, NFS server, then compute nodes in pool order, as the config gives them."""
+    """Controller, NFS server, login nodes, then compute nodes in pool order, as the config
+    gives them."""
     byo = _settings(cfg)
     specs = []
-    for h in byo.hosts:
-        if h.role == "controller":
-            specs.append(NodeSpec(name=h.name, address=h.address,
-                                  groups=("slurm_controller", "slurmdbd"),
-                                  ansible_host=h.public_address, extra_vars=_direct(h)))
-    for h in byo.hosts:
-        if h.role == "nfs":
-            specs.append(NodeSpec(name=h.name, address=h.address, groups=("nfs_server",),
-                                  ansible_host=h.public_address, extra_vars=_direct(h)))
+    for role, groups in (("controller", ("slurm_controller", "slurmdbd")),
+                         ("nfs", ("nfs_server",)), ("login", ("login",))):
+        specs += [NodeSpec(name=h.name, address=h.address, groups=groups,
+                           ansible_host=h.public_address, extra_vars=_direct(h))
+                  for h in byo.hosts if h.role == role]
     for pool in cfg.compute_pools:
         elastic = set(pool.elastic_names())
         for node in pool.node_names():

@@ -25,8 +25,9 @@ from infra.schema import (
 
 if TYPE_CHECKING:
     from infra.config import ComputePool, StorageSettings
+    from infra.login_config import LoginSettings
 
-BYO_ROLES = ("controller", "nfs", "compute")
+BYO_ROLES = ("controller", "nfs", "compute", "login")
 BMC_DRIVERS = ("redfish", "ipmi")
 # What the roles support: (os-release ID, VERSION_ID), by the stack's metalslurm:os value.
 OS_RELEASES = {"debian12": ("debian", "12"), "debian13": ("debian", "13"),
@@ -82,6 +83,10 @@ class ByoSettings:
 
     def host(self, name: str) -> ByoHost:
         return next(h for h in self.hosts if h.name == name)
+
+    def login_hosts(self) -> tuple[str, ...]:
+        """The hosts with role login, in the order the config lists them."""
+        return tuple(h.name for h in self.hosts if h.role == "login")
 
 
 def _parse_bmc(c: Collector, value: Any, where: str) -> BmcSettings | None:
@@ -178,8 +183,12 @@ def _parse_host(c: Collector, h: Mapping[str, Any], hkey: str,
 
 
 def _check_roles(c: Collector, hosts: list[ByoHost], controller_name: str | None,
-                 storage: StorageSettings) -> None:
+                 storage: StorageSettings, login: LoginSettings) -> None:
     hkey = f"{key('byo')}.hosts"
+    logins = [h.name for h in hosts if h.role == "login"]
+    if login.count and len(logins) != login.count:
+        c.problem(f"{key('login')}.count", f"is {login.count} but {hkey} has {len(logins)} "
+                  "host(s) with role login: give the login hosts there (or leave count out)")
     c.duplicates(hkey, [h.name for h in hosts], "host name")
     c.duplicates(hkey, [h.address for h in hosts], "address")
     controllers = [h.name for h in hosts if h.role == "controller"]
@@ -219,7 +228,8 @@ def _hosts_by_pool(c: Collector, hosts: list[ByoHost],
 def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
               cidr: ipaddress.IPv4Network | None, controller_name: str | None,
               storage: StorageSettings, pools: Sequence[ComputePool],
-              secrets: Mapping[str, bool]) -> tuple[ByoSettings | None, dict[str, tuple[str, ...]]]:
+              secrets: Mapping[str, bool],
+              login: LoginSettings) -> tuple[ByoSettings | None, dict[str, tuple[str, ...]]]:
     """``metalslurm:byo``; returns the settings and each pool's host names."""
     where = key("byo")
     item = c.provider_section(raw, "byo", provider)
@@ -247,7 +257,7 @@ def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
     hosts = [h for hkey, spec in c.mappings(item.get("hosts"), f"{where}.hosts", _HOST_KEYS,
                                             "hosts, each with name, role and address")
              if (h := _parse_host(c, spec, hkey, cidr, pool_by_name)) is not None]
-    _check_roles(c, hosts, controller_name, storage)
+    _check_roles(c, hosts, controller_name, storage, login)
     if any(h.bmc for h in hosts) and not secrets.get("bmcCredentials", False):
         c.problem(key("bmcCredentials"), "hosts have a BMC but no credentials are set: "
                   f"'pulumi config set --secret --path {key('bmcCredentials')}.default.username"

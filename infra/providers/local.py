@@ -115,7 +115,8 @@ def storage_mode(cfg: ClusterConfig, proc_filesystems: Path = Path("/proc/filesy
 
 
 def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
-    """Controller first, then every compute node, with addresses in the private subnet.
+    """Controller first, then every compute node, then the login nodes, with addresses in
+    the private subnet.
 
     With NFS storage the NFS server node takes the last address of the subnet.
     """
@@ -135,7 +136,17 @@ def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
                 node_state="cloud" if name in elastic else "static",
                 power={"driver": "local", "container": container_name(cfg.cluster_name, name)}))
             index += 1
+    specs += login_specs(cfg)
     return specs
+
+
+def login_specs(cfg: ClusterConfig) -> list[NodeSpec]:
+    """The login nodes, from the top of the private subnet downward below the last address
+    (the NFS server's, taken or not): no change to the compute pools moves one, and adding
+    one moves no other node (every provider that plans addresses places them so)."""
+    hosts = list(cfg.private_cidr.hosts())
+    return [NodeSpec(name=name, address=str(hosts[-2 - i]), groups=("login",))
+            for i, name in enumerate(cfg.login.names())]
 
 
 def host_hardware(cpuinfo: str, meminfo: str, reserve_percent: int = 3) -> dict[str, int]:
@@ -335,6 +346,12 @@ class LocalCluster:
         podman("network", "create", "--subnet", self.plan.private_cidr, "--gateway",
                str(gateway), "--label", f"{LABEL}={self.plan.cluster_name}", name)
 
+    def container_address(self, name: str) -> str | None:
+        """The address a node container has on the cluster network (None: unknown)."""
+        proc = podman("inspect", "--format", "{{(index .NetworkSettings.Networks "
+                      f'"{self.network_name}").IPAddress}}}}', name, check=False)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
     def create_node(self, spec: NodeSpec, image: str) -> None:
         """Start one node container (or leave a running one as it is)."""
         name = self.container(spec.name)
@@ -353,7 +370,9 @@ class LocalCluster:
         public_key = self.state.ssh_key.with_suffix(".pub").read_text()
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
         made_as = (found[0].get("Labels") or {}).get("metalslurm.spec") if found else None
-        if found and current == (node_env, public_key) and made_as == CONTAINER_SPEC:
+        moved = bool(found) and self.container_address(name) not in (None, spec.address)
+        if found and current == (node_env, public_key) and made_as == CONTAINER_SPEC \
+                and not moved:
             if found[0].get("State") != "running" and spec.node_state != "cloud":
                 podman("start", name)  # a powered-down elastic node stays down
             return
@@ -361,9 +380,10 @@ class LocalCluster:
             # Its bind-mounted files are gone or stale (state directory removed, GPU
             # count changed), or it was made another way: a node container is cheap,
             # make it again.
-            self.log(f"recreating {name}: " + ("its node files changed"
-                                               if made_as == CONTAINER_SPEC
-                                               else "it was made by an older metalslurm"))
+            self.log(f"recreating {name}: " + (
+                f"its address is now {spec.address}" if moved
+                else "its node files changed" if made_as == CONTAINER_SPEC
+                else "it was made by an older metalslurm"))
             remove_containers([name])
         node_dir.mkdir(parents=True, exist_ok=True)
         (node_dir / "node.env").write_text(node_env)

@@ -7,7 +7,8 @@ NFS, SSH, and the srun/NCCL ports jobs open), SSH into it from the bastion subne
 SSH into the bastion only from ``metalslurm:oci.adminCidr``: the bastion is the only
 ingress.
 
-Machines: controller (also slurmdbd) and NFS server on CPU shapes; static GPU nodes
+Machines: controller (also slurmdbd), NFS server and login nodes (``metalslurm:login``,
+users reach them through the bastion) on CPU shapes; static GPU nodes
 launched into an OCI *compute cluster* (the RDMA cluster network for individually
 launched bare-metal instances, so every node keeps its name and a fixed private
 address). Elastic nodes are not launched here: their ``metalslurm_power`` mapping
@@ -26,6 +27,7 @@ import pulumi
 from infra.config import ClusterConfig
 from infra.inventory import NodeSpec
 from infra.machines import ClusterArgs, Machines
+from infra.providers.local import login_specs
 from infra.providers.oci_config import OciSettings
 
 CONTROLLER_HOST_INDEX = 10  # controller at <subnet>.10, NFS .11, compute nodes from .12
@@ -58,7 +60,7 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
             specs.append(NodeSpec(name=node, address=str(hosts[index]), groups=("slurm_compute",),
                                   gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                                   node_state="cloud" if node in elastic else "static"))
-    return specs
+    return specs + login_specs(cfg)
 
 
 def _with_ids(common: dict[str, Any], names: tuple[str, ...],
@@ -164,6 +166,9 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
                      "controller", spec.address, False)
         elif "nfs_server" in spec.groups:
             instance(f"{name}-{spec.name}", spec.name, o.nfs_shape, private, "nfs",
+                     spec.address, False)
+        elif "login" in spec.groups:
+            instance(f"{name}-{spec.name}", spec.name, cfg.login.shape, private, "login",
                      spec.address, False)
         else:
             pool = pool_of[spec.name]

@@ -317,6 +317,8 @@ class LocalStack:
     state_name: str
     up: subprocess.CompletedProcess[str]
     elastic: tuple[str, ...] = ()
+    # Where users submit: the stack's first login node (the controller without one).
+    submit_host: str = "ctl"
 
     @property
     def state(self) -> Path:
@@ -341,11 +343,17 @@ class LocalStack:
             check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.on("ctl", command, user, check)
 
+    def login(self, command: str, user: str | None = None,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        """On the submit host (the login node), as users run commands."""
+        return self.on(self.submit_host, command, user, check)
+
     # ---- jobs ----------------------------------------------------------------------
 
     def submit(self, user: str, args: str) -> str:
-        return self.ctl(f"sbatch --parsable --chdir=/home/{user} -o /dev/null {args}",
-                        user).stdout.strip().split(";")[0]
+        """sbatch as ``user`` on the submit host, as users submit."""
+        return self.login(f"sbatch --parsable --chdir=/home/{user} -o /dev/null {args}",
+                          user).stdout.strip().split(";")[0]
 
     def job_field(self, job: str, fmt: str) -> str:
         return self.ctl(f"squeue --noheader --jobs={job} --format='{fmt}'",
@@ -415,7 +423,7 @@ def debian13():
     tests it; removed at the end of the session."""
     cluster = LocalStack(DEBIAN13_STACK, "ms-e2e13", "e2e-debian13",
                          subprocess.CompletedProcess(["local", "up"], 0, "", ""),
-                         elastic=("gpu-003", "gpu-004"))
+                         elastic=("gpu-003", "gpu-004"), submit_host="login-001")
     if os.environ.get("METALSLURM_E2E_REUSE"):
         # Developer shortcut: test against the cluster a previous 'local up' left running.
         yield cluster

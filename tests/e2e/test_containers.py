@@ -45,7 +45,8 @@ def image(debian13: LocalStack) -> str:
 
 
 def srun(cluster: LocalStack, args: str) -> list[str]:
-    proc = cluster.ctl(f"srun {args}", user="alice")
+    """As alice on the login node (Pyxis loads in srun there)."""
+    proc = cluster.login(f"srun {args}", user="alice")
     return proc.stdout.splitlines()
 
 

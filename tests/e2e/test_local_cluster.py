@@ -27,12 +27,15 @@ from infra.providers.host_ca import (
 from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exists
 
 CLUSTER = "ms-e2e13"
-NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004"]  # gpu-003, gpu-004: elastic
+NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004",  # gpu-003, gpu-004: elastic
+         "login-001"]
 # The verify suite's skips here: per-host checks of the powered-down elastic nodes, the
-# compute-node checks on the controller, the InfiniBand port checks, which need an HCA, and
-# the NVIDIA driver's view of the GPUs, which needs a driver (real hardware, both).
+# compute-node checks on the controller and the login node, the login-node checks elsewhere,
+# the InfiniBand port checks, which need an HCA, and the NVIDIA driver's view of the GPUs,
+# which needs a driver (real hardware, both).
 EXPECTED_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: (gpu-00[34] is an elastic node and is "
-                           r"powered down|ctl runs no jobs|gpu-00[12] has no HCA\b.*|"
+                           r"powered down|(ctl|login-001) runs no jobs|"
+                           r"(ctl|gpu-00[12]) is not a login node|gpu-00[12] has no HCA\b.*|"
                            r"gpu-00[12] has no NVIDIA driver \(nvidia-smi\): fake GPUs only)$")
 
 
@@ -105,7 +108,7 @@ def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster
     """Check mode on the converged cluster, with shared storage switched to NFS: every
     other role predicts no change, and the NFS roles, which this cluster cannot run (the
     kernel has no NFS, so /home and /shared are bind mounts), predict theirs against real
-    nodes (ctl as the server, the compute nodes as clients), render their files from the
+    nodes (ctl as the server, the compute and login nodes as clients), render their files from the
     real nodes' facts, and leave every node untouched."""
     inventory = yaml.safe_load(up.inventory.read_text())
     inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
@@ -118,7 +121,7 @@ def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster
     assert changed_by_host(result) == {
         "ctl": ["Install the kernel NFS server", "Write the cluster's exports",
                 "Set nfsd threads and protocol versions"],
-        "gpu-001": client, "gpu-002": client}
+        "gpu-001": client, "gpu-002": client, "login-001": client}
     exports = [after for host, task, after in result.diffs
                if (host, task) == ("ctl", "Write the cluster's exports")]
     assert [line for line in exports[0].splitlines() if not line.startswith("#")] == [
@@ -219,6 +222,9 @@ def test_status_and_exec(up):
         assert f"{CLUSTER}-{node}" in status.stdout
     proc = metalslurm("local", "exec", "--stack", str(up.stack), "gpu-002", "--", "hostname")
     assert (proc.returncode, proc.stdout.strip()) == (0, "gpu-002")
+    # No NODE: the submit host, the login node.
+    proc = metalslurm("local", "exec", "--stack", str(up.stack), "--", "hostname")
+    assert (proc.returncode, proc.stdout.strip()) == (0, "login-001")
 
 
 HOST_CAS = host_extra_certificates(host_bundles())

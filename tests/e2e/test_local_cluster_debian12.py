@@ -1,6 +1,7 @@
 """Debian 12 nodes (Slurm 22.05): configure, every node with the operator's munge key (and
 a configure that names no key file refused before munge is touched), a multi-node srun,
-the REST API (slurmrestd 22.05 with JWT),
+an MPI job and a container step from the login node (the controller's configuration copied
+there: 22.05 has no sackd), the REST API (slurmrestd 22.05 with JWT, on the login node),
 the verify suite, a second configure with nothing to change, Prometheus moved to another
 node and monitoring turned off and on, scaling down, a lost state
 directory, and 'down' removing everything. This module brings up and removes its own
@@ -38,10 +39,12 @@ STACK = e2e_stack("Pulumi.e2e-debian12.yaml")
 CLUSTER = "ms-e2e12"
 STATE = REPO / ".metalslurm" / "e2e-debian12"
 INVENTORY = STATE / "inventory.yml"
-NODES = ["ctl", "gpu-001", "gpu-002"]
+NODES = ["ctl", "gpu-001", "gpu-002", "login-001"]
 # An inventory that names no key file: the munge role refuses it (nodes never make a key).
 NO_KEY_FILE = {"munge_key_b64_file": ""}
-REST_URL = "http://10.78.12.10:6820"
+# The login node: the submit host, and the REST host.
+LOGIN = "login-001"
+REST_URL = "http://10.78.12.253:6820"
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,13 @@ def test_a_configure_without_a_key_file_is_refused_and_changes_no_key(configured
     assert node_key_hashes() == before
 
 
-def test_multi_node_srun(configured):
-    out = node_sh("ctl", "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
+def test_multi_node_srun_from_the_login_node(configured):
+    """Slurm 22.05 has no sackd: the login node's client commands read the controller's
+    files, copied by the configure (the verify suite compares them)."""
+    assert node_sh(LOGIN, "test -e /usr/sbin/sackd || echo none") == "none"
+    conf = "cat /etc/slurm/slurm.conf"
+    assert node_sh(LOGIN, conf) == node_sh("ctl", conf)
+    out = node_sh(LOGIN, "timeout 120 srun --nodes=2 --ntasks-per-node=1 hostname")
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]
 
 
@@ -105,7 +113,7 @@ def test_an_mpi_allreduce_runs_across_both_nodes_through_pmix(configured):
     script = (REPO / "examples/python/mpi_allreduce.py").read_text()
     node_sh("ctl", f"mkdir -p /shared/mpi && "
                    f"printf '%s' {quoted(script)} > /shared/mpi/allreduce.py")
-    out = node_sh("ctl", "timeout 120 srun --mpi=pmix --nodes=2 --ntasks-per-node=2 "
+    out = node_sh(LOGIN, "timeout 120 srun --mpi=pmix --nodes=2 --ntasks-per-node=2 "
                          "python3 /shared/mpi/allreduce.py")
     assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == [
         f"rank {r}/4 on gpu-00{r // 2 + 1}: sum 10 (want 10), count 4" for r in range(4)]
@@ -119,7 +127,7 @@ def test_a_container_step_runs_in_the_image_with_exactly_its_two_gpus(configured
                     "was brought up without containers")
     node_sh("gpu-001", BUILD_IMAGE)
     node_sh("ctl", f"printf '%s' {quoted(PROBE)} > /shared/probe.sh && chmod 755 /shared/probe.sh")
-    out = node_sh("ctl", "cd /home/carol && runuser -u carol -- srun -w gpu-001 "
+    out = node_sh(LOGIN, "cd /home/carol && runuser -u carol -- srun -w gpu-001 "
                          f"--gres=gpu:h100:2 --container-image={IMAGE} "
                          "--container-mounts=/shared:/shared /shared/probe.sh")
     assert out.splitlines() == [
@@ -172,8 +180,8 @@ def test_slurm_22_05_serves_the_rest_api_with_jwt(configured):
     import requests
 
     client = load_module(REPO / "examples/slurm_rest_client.py", "slurm_rest_client_e2e12")
-    assert node_sh("ctl", "ps -o user:32= -C slurmrestd") == "slurmrestd"
-    token = node_sh("ctl", "scontrol token username=carol lifespan=600").removeprefix(
+    assert node_sh(LOGIN, "ps -o user:32= -C slurmrestd") == "slurmrestd"
+    token = node_sh(LOGIN, "scontrol token username=carol lifespan=600").removeprefix(
         "SLURM_JWT=")
     rest = client.SlurmRest(REST_URL, "carol", token)
     assert rest.api == "v0.0.38"
@@ -281,13 +289,16 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     proc = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "removing nodes no longer in the config: ms-e2e12-gpu-002" in proc.stdout
-    assert cluster_containers(CLUSTER) == ["ms-e2e12-ctl", "ms-e2e12-gpu-001"]
+    assert cluster_containers(CLUSTER) == ["ms-e2e12-ctl", "ms-e2e12-gpu-001",
+                                           "ms-e2e12-login-001"]
     result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     assert "Restart slurmctld" in [t for h, t in result.changed_tasks if h == "ctl"]
     # One line per partition the node is in: debug, train and priority.
-    assert node_sh("ctl", "sinfo --noheader --Node --format='%N %T' | sort -u") == \
-        "gpu-001 idle"
+    # The login node's copy follows (the configure copied the new slurm.conf there).
+    for node in ("ctl", LOGIN):
+        assert node_sh(node, "sinfo --noheader --Node --format='%N %T' | sort -u") == \
+            "gpu-001 idle"
 
 
 def test_up_recovers_when_the_state_directory_was_lost(configured, tmp_path):

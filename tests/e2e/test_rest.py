@@ -24,7 +24,8 @@ from tests.paths import REPO, load_module
 
 client = load_module(REPO / "examples/slurm_rest_client.py", "slurm_rest_client_e2e")
 
-URL = "http://10.78.13.10:6820"
+# The REST host is the login node (login-001, below the top of the subnet).
+URL = "http://10.78.13.253:6820"
 API = "v0.0.42"  # Slurm 24.11's newest (module_utils/rest.py)
 
 
@@ -44,10 +45,14 @@ def rest_as(cluster, user: str) -> client.SlurmRest:
     return client.SlurmRest(URL, user, token_for(cluster, user))
 
 
-def test_slurmrestd_runs_as_its_own_user_on_the_private_address(cluster):
-    out = cluster.ctl("ps -o user:32=,args= -C slurmrestd").stdout.split()
+def test_slurmrestd_runs_as_its_own_user_on_the_login_nodes_private_address(cluster):
+    out = cluster.login("ps -o user:32=,args= -C slurmrestd").stdout.split()
     assert out == ["slurmrestd", "/usr/sbin/slurmrestd", "-a", "rest_auth/jwt",
-                   "-s", "openapi/slurmctld,openapi/slurmdbd", "10.78.13.10:6820"]
+                   "-s", "openapi/slurmctld,openapi/slurmdbd", "10.78.13.253:6820"]
+    # The controller serves none (and holds the key the login node does not).
+    assert cluster.ctl("systemctl is-active slurmrestd", check=False).stdout.strip() == (
+        "inactive")
+    assert cluster.login("test -e /etc/slurm/jwt_hs256.key", check=False).returncode == 1
 
 
 def test_alice_submits_a_job_that_runs_as_her_and_reads_it_back(cluster):
@@ -124,12 +129,12 @@ def test_a_request_without_a_valid_token_is_refused(cluster, case):
 def test_a_users_own_token_is_bounded_and_an_admins_service_token_is_not(cluster):
     """Users make their own tokens ('scontrol token' as themselves), for themselves only and
     for at most the stack's maxTokenLifespan; root mints a longer-lived one for a service."""
-    over = cluster.ctl("scontrol token lifespan=7200", "alice", check=False)
+    over = cluster.login("scontrol token lifespan=7200", "alice", check=False)
     assert over.returncode != 0
     assert "Requested time limit is invalid" in over.stderr
-    other = cluster.ctl("scontrol token username=bob", "alice", check=False)
+    other = cluster.login("scontrol token username=bob", "alice", check=False)
     assert other.returncode != 0 and "Invalid user id" in other.stderr
-    own = cluster.ctl("scontrol token lifespan=3600", "alice").stdout.strip()
+    own = cluster.login("scontrol token lifespan=3600", "alice").stdout.strip()
     claims = jwt.decode(own.removeprefix("SLURM_JWT="), options={"verify_signature": False})
     assert (claims["sun"], claims["exp"] - claims["iat"]) == ("alice", 3600)
     service = token_for(cluster, "alice", lifespan=30 * 86400)
@@ -150,10 +155,10 @@ def test_turning_the_api_off_and_on_again(cluster):
     off = run_playbook(cluster.inventory, out=lambda _line: None,
                        extra_vars={"metalslurm_rest": {"enabled": False}})
     assert off.ok, off.failures
-    state = cluster.ctl("systemctl is-active slurmrestd; systemctl is-enabled slurmrestd; "
-                        "test -e /etc/slurm/jwt_hs256.key && echo key || echo no-key",
-                        check=False).stdout.split()
-    assert state == ["inactive", "disabled", "no-key"]
+    state = cluster.login("systemctl is-active slurmrestd; systemctl is-enabled slurmrestd",
+                          check=False).stdout.split()
+    assert state == ["inactive", "disabled"]
+    assert cluster.ctl("test -e /etc/slurm/jwt_hs256.key", check=False).returncode == 1
     assert re.search(r"^AuthAltTypes *= \(null\)$", cluster.ctl("scontrol show config").stdout,
                      re.M)
     assert cluster.ctl("scontrol token", check=False).returncode != 0

@@ -67,8 +67,8 @@ def cluster(debian13):
 
 
 def sbatch(cluster, args: str) -> str:
-    """Submit as alice from the working directory; the job id."""
-    out = cluster.ctl(f"cd {WORK} && runuser -u alice -- sbatch --parsable {args}").stdout
+    """Submit as alice from the working directory on the login node; the job id."""
+    out = cluster.login(f"cd {WORK} && runuser -u alice -- sbatch --parsable {args}").stdout
     return out.strip().split(";")[0]
 
 

@@ -202,6 +202,20 @@ def test_oci_shapes_and_rdma_cluster_match_the_config(oci_run):
             assert power.get(key), f"{h}: power mapping lacks {key}"
 
 
+def test_oci_login_nodes_are_cpu_instances_in_the_private_subnet(oci_run):
+    plain, _ = example("oci")
+    login = [x for x in oci_run.mocks.of_type(INSTANCE)
+             if x.inputs["freeformTags"]["metalslurm-role"] == "login"]
+    assert sorted(x.inputs["freeformTags"]["metalslurm-node"] for x in login) == [
+        "login-001", "login-002"]
+    for res in login:
+        assert res.inputs["shape"] == plain["metalslurm:login"]["shape"], res.urn
+        assert res.inputs.get("computeClusterId") is None, f"{res.urn}: in the RDMA cluster"
+        assert res.inputs["createVnicDetails"]["assignPublicIp"] == "false", res.urn
+    groups = oci_run.exports["inventory"]["all"]["children"]
+    assert list(groups["login"]["hosts"]) == ["login-001", "login-002"]
+
+
 def test_oci_bastion_address_and_ssh_hint(oci_run):
     r = oci_run
     assert r.exports["bastionAddress"] == "203.0.113.7"
@@ -214,11 +228,16 @@ def test_byo_hosts_are_checked_over_ssh_except_elastic_ones():
     r = program_run("byo")
     checks = {x.name: x for x in r.mocks.of_type("command:remote:Command")}
     assert sorted(checks) == sorted(f"rented-check-{n}" for n in
-                                    ("ctl", "nfs", "gpu-001", "gpu-002", "gpu-003"))
+                                    ("ctl", "nfs", "gpu-001", "gpu-002", "gpu-003",
+                                     "login-001"))
     for res in checks.values():
         conn = res.inputs["connection"]
         assert is_secret_value(conn) or is_secret_value(conn["privateKey"]), res.urn
         conn = unsecret(conn)
+        if res.name == "rented-check-login-001":
+            # The login node has a public address (users reach it): checked there, directly.
+            assert conn["host"] == "198.51.100.21" and conn.get("proxy") is None, res.urn
+            continue
         assert conn["proxy"]["host"] == "198.51.100.20", f"{res.urn}: not through the bastion"
         assert ipaddress.ip_address(conn["host"]).is_private, res.urn
     power = r.exports["inventory"]["all"]["hosts"]["gpu-004"]["metalslurm_power"]

@@ -168,9 +168,11 @@ def test_local_exec_refuses_an_unknown_node(refuse):
                     "give one of: ctl, gpu-001")
 
 
-def test_local_exec_refuses_no_command(refuse):
-    rc, out, err = refuse(["local", "exec", "--stack", LOCAL_STACK, "ctl", "--"])
-    assert_one_line(rc, out, err, "COMMAND: is missing")
+@pytest.mark.parametrize("words", [["ctl", "--"], ["--"], []], ids=["node", "no node", "nothing"])
+def test_local_exec_refuses_no_command(refuse, words):
+    rc, out, err = refuse(["local", "exec", "--stack", LOCAL_STACK, *words])
+    assert_one_line(rc, out, err, "COMMAND: is missing; write: metalslurm local exec [NODE] -- "
+                    "COMMAND")
 
 
 @pytest.mark.parametrize("kind", STACK_KINDS)
@@ -370,8 +372,7 @@ VALID: dict[str, list[str]] = {
     "inventory": [str(INVENTORY)],
     "ibnetdiscover": [str(FABRIC)],
     "nodes": ["gpu-[001-004]"],
-    "node": ["ctl"],
-    "command": ["--", "true"],
+    "words": ["ctl", "--", "true"],
     "from_file": [str(SACCT)],
     "dest": ["/tmp/metalslurm-bad-input-test/wheelhouse"],  # checked, never written
 }

@@ -86,6 +86,8 @@ def podman_calls(tmp_path, monkeypatch, host):
     calls: list[tuple[str, ...]] = []
     found: list[dict] = []
     monkeypatch.setattr(local, "podman", lambda *args, **_kw: calls.append(args))
+    # No container exists here, so none has an address to compare.
+    monkeypatch.setattr(LocalCluster, "container_address", lambda _self, _name: None)
     monkeypatch.setattr(local, "containers", lambda _filters: found)
     monkeypatch.setattr(local, "remove_containers", lambda names: calls.append(("rm", *names)))
     monkeypatch.setattr(local, "host_bundles", lambda: [host["bundle"]])
@@ -131,6 +133,21 @@ def test_a_node_is_made_again_when_the_hosts_cas_change(podman_calls, host):
     cluster.create_node(spec, "img")
     assert calls[0] == ("rm", cluster.container("gpu-001"))
     assert calls[1][:2] == ("--runtime", "runc")
+
+
+def test_a_node_is_made_again_when_its_address_changes(podman_calls, monkeypatch):
+    """A plan that moves a node (login nodes moved to the top of the subnet) recreates its
+    container: podman cannot readdress a running one. An unknown address changes nothing."""
+    cluster, calls, found = podman_calls
+    cluster.ensure_host_ca()
+    spec = cluster.plan.spec("gpu-001")
+    cluster.create_node(spec, "img")
+    found.append({"State": "running", "Labels": {"metalslurm.spec": local.CONTAINER_SPEC}})
+    for seen, made_again in ((None, False), (spec.address, False), ("10.77.0.99", True)):
+        monkeypatch.setattr(LocalCluster, "container_address", lambda _s, _n, a=seen: a)
+        calls.clear()
+        cluster.create_node(spec, "img")
+        assert (calls[:1] == [("rm", cluster.container("gpu-001"))]) is made_again, seen
 
 
 def test_the_node_image_holds_nothing_of_the_hosts_cas(tmp_path, podman_calls):

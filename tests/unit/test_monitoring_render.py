@@ -117,7 +117,9 @@ def test_every_node_is_a_target_with_the_labels_the_rules_join_on(rendered):
         {"targets": ["10.77.0.13:9100"],
          "labels": {"node": "gpu-003", "role": "compute", "elastic": "true"}},
         {"targets": ["10.77.0.14:9100"],
-         "labels": {"node": "gpu-004", "role": "compute", "elastic": "true"}}]
+         "labels": {"node": "gpu-004", "role": "compute", "elastic": "true"}},
+        {"targets": ["10.77.0.253:9100"],
+         "labels": {"node": "login-001", "role": "login", "elastic": "false"}}]
 
 
 def test_prometheus_config_is_valid_and_listens_on_the_private_address(rendered):

@@ -57,6 +57,49 @@ def test_the_rest_api_runs_on_the_controller_unless_turned_off(tmp_path):
     assert not any("slurmrestd" in units for units in services.values())
 
 
+def _with_login_nodes(tmp_path, os_name: str, logins: list[str]) -> dict:
+    import yaml
+
+    inventory = yaml.safe_load((INVENTORIES / "nfs-server.yml").read_text())
+    inventory["all"]["vars"]["metalslurm_os"] = os_name
+    for i, name in enumerate(logins):
+        inventory["all"]["hosts"][name] = {"ansible_host": f"10.20.0.{30 + i}",
+                                           "metalslurm_address": f"10.20.0.{30 + i}"}
+    inventory["all"]["children"]["login"] = {"hosts": dict.fromkeys(logins)}
+    path = tmp_path / f"{os_name}.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return expected_services(path)
+
+
+def test_login_nodes_run_sackd_where_the_release_has_it_and_the_first_serves_rest(tmp_path):
+    """No slurmd on a login node; sackd on 23.11 and later; slurmrestd moves from the
+    controller to the first login node."""
+    services = _with_login_nodes(tmp_path, "debian13", ["login-001", "login-002"])
+    assert services["login-001"] == ["munge", "prometheus-node-exporter", "sackd",
+                                     "slurmrestd"]
+    assert services["login-002"] == ["munge", "prometheus-node-exporter", "sackd"]
+    assert "slurmrestd" not in services["ctl"]
+    older = _with_login_nodes(tmp_path, "debian12", ["login-001"])
+    assert older["login-001"] == ["munge", "prometheus-node-exporter", "slurmrestd"]
+
+
+def test_the_sackd_releases_are_the_release_tables():
+    """ROLE_SERVICES' OS list (plain Jinja, evaluated without the collection) names exactly
+    the OSes whose Slurm is older than the role's slurm_login_sackd_since."""
+    import yaml
+    from ansible.module_utils.compat.version import LooseVersion
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+        DISTRO_SLURM,
+    )
+
+    since = yaml.safe_load((REPO / "ansible" / "roles" / "slurm_login" / "defaults"
+                            / "main.yml").read_text())["slurm_login_sackd_since"]
+    without = sorted(f"{e.distribution}{e.version}" for e in DISTRO_SLURM
+                     if LooseVersion(e.slurm.release) < LooseVersion(since))
+    condition = dict(ROLE_SERVICES["slurm_login"])["sackd"]
+    assert re.search(r"not in \[(.*)\]", condition)[1] == ", ".join(f"'{o}'" for o in without)
+
+
 def test_an_external_accounting_database_runs_no_mariadb_here():
     node = ["munge", "prometheus-node-exporter", "slurmd"]
     assert expected_services(INVENTORIES / "external-db.yml") == {
@@ -72,7 +115,8 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_common",
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
-            "mpi", "monitoring_node", "slurm_exporter", "monitoring", "slurm_rest"} == roles
+            "mpi", "monitoring_node", "slurm_exporter", "monitoring", "slurm_rest",
+            "slurm_login"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,

@@ -26,6 +26,8 @@ class Cluster:
     powered_down: list[str] = field(default_factory=list)
     # host -> the daemons ansible/site.yml gives it (infra/playbook.py)
     services: dict[str, list[str]] = field(default_factory=dict)
+    # The login nodes in inventory order (the first serves the REST API).
+    login_nodes: list[str] = field(default_factory=list)
 
     def services_of(self, host: str) -> list[str]:
         return self.services[host]
@@ -77,7 +79,7 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         powered_down = sorted({line.split()[0] for line in out.splitlines()
                                if line.split()[1].endswith(("~", "%"))})
     return Cluster(inventory, controllers[0], compute, hostvars, powered_down,
-                   expected_services(inventory))
+                   expected_services(inventory), list(runner.get_hosts("login")))
 
 
 @pytest.fixture(scope="session")

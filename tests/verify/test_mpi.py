@@ -1,5 +1,5 @@
 """MPI (roles/mpi): Slurm's PMIx plugin can load where jobs are submitted and run, and
-OpenMPI with mpi4py, and python3-venv, is on every compute node."""
+OpenMPI with mpi4py, and python3-venv, is on every compute and login node."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def _only_slurm_nodes(request: pytest.FixtureRequest, cluster) -> None:
     if "host" in request.fixturenames:
         name = str(request.getfixturevalue("host").backend.host)
         groups = cluster.groups_of(name)
-        if "slurm_compute" not in groups and "slurm_controller" not in groups:
+        if not {"slurm_compute", "slurm_controller", "login"} & set(groups):
             pytest.skip(f"{name} neither submits nor runs jobs")
 
 
@@ -26,10 +26,11 @@ def test_the_library_slurms_pmix_plugin_loads_is_installed(host, host_name):
     assert "libpmix.so" in names, f"{host_name}: no libpmix.so in the linker cache"
 
 
-def test_compute_nodes_have_openmpi_and_mpi4py(host, host_name, cluster):
-    if "slurm_compute" not in cluster.groups_of(host_name):
+def test_compute_and_login_nodes_have_openmpi_and_mpi4py(host, host_name, cluster):
+    if not {"slurm_compute", "login"} & set(cluster.groups_of(host_name)):
         pytest.skip(f"{host_name} runs no jobs")
     assert host.run("python3 -c 'import mpi4py'").rc == 0, f"{host_name}: no mpi4py"
     assert host.exists("mpicc") and host.exists("ompi_info"), f"{host_name}: no OpenMPI"
-    # Users build their jobs' environments where the jobs run (examples/setup-train-env.sh).
+    # Users build their jobs' environments where the jobs run (examples/setup-train-env.sh)
+    # and on the login nodes.
     assert host.run("python3 -c 'import ensurepip, venv'").rc == 0, f"{host_name}: no venv"

@@ -53,6 +53,8 @@ def test_the_drop_in_runs_slurmrestd_as_its_user_with_jwt_on_the_private_address
     proc = render(tmp_path, version)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert service_lines(tmp_path) == [
+        # On a login node slurm.conf is sackd's, in /run/slurm/conf: no condition on /etc's.
+        "[Unit]", "ConditionPathExists=", "After=munge.service sackd.service",
         "[Service]", "User=slurmrestd", "Group=slurmrestd", "Environment=SLURM_JWT=daemon",
         "ExecStart=",
         f"ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt -s {plugins} 10.77.0.10:6820",
@@ -62,7 +64,7 @@ def test_the_drop_in_runs_slurmrestd_as_its_user_with_jwt_on_the_private_address
 def test_the_stacks_address_and_port_are_used(tmp_path):
     proc = render(tmp_path, "24.11.5-4", {"listen_address": "10.77.0.20", "port": 8443})
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert service_lines(tmp_path)[5].endswith(" 10.77.0.20:8443")
+    assert service_lines(tmp_path)[8].endswith(" 10.77.0.20:8443")
 
 
 def test_an_address_outside_the_private_network_stops_the_role(tmp_path):
@@ -78,5 +80,5 @@ def test_before_slurm_is_installed_the_drop_in_still_renders(tmp_path):
     prediction renders (without them) instead of failing the run."""
     proc = render(tmp_path, None)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert service_lines(tmp_path)[5] == ("ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt -s  "
+    assert service_lines(tmp_path)[8] == ("ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt -s  "
                                           "10.77.0.10:6820")

@@ -133,6 +133,16 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
                         f"({', '.join(controllers)}): put exactly one host in it")
     if not compute:
         problems.append("group slurm_compute is empty: add at least one compute host")
+    # A login node runs no slurmd and no Slurm daemon: users' shells there must not compete
+    # with jobs or with slurmctld (the controller is the submit host when there is none).
+    for h in groups.get("login") or []:
+        also = [g for g in ("slurm_controller", "slurmdbd", "slurm_compute")
+                if h in (groups.get(g) or [])]
+        if also:
+            problems.append(f"host {h!r} is in group login and in {', '.join(also)}: a login "
+                            "node runs no Slurm daemon and takes no jobs; give it its own "
+                            "host, or leave group login empty (the controller is then the "
+                            "submit host)")
     nfs = list(groups.get("nfs_server") or [])
     if len(nfs) > 1:
         problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
