@@ -53,13 +53,13 @@ from infra.schema import (
     MAX_NODES_PER_POOL,
     NAMESPACE,
     NODE_NAME_RE,
-    USER_NAME_RE,
     Collector,
     ConfigError,
     gpu_type_problem,
     key,
 )
 from infra.topology_config import TopologySettings, parse_topology_settings
+from infra.users_config import AccessSettings, UnixGroup, UnixUser, parse_users
 
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
@@ -148,7 +148,10 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "orphanAfter.", {}),
     StackKey("storage", "Shared file systems - backend, server, paths.", {}),
     StackKey("accounting", "slurmdbd accounting - database, accounts, qos, prune.", {}),
-    StackKey("users", "Unix users with one UID everywhere - [{name, uid}].", []),
+    StackKey("users", "Unix users with one UID everywhere - [{name, uid, sshKeys, admin, "
+             "groups}].", []),
+    StackKey("groups", "Unix groups with one GID everywhere - [{name, gid}].", []),
+    StackKey("access", "Who may log in where - adminGroup, adminGid.", {}),
     StackKey("containers", "Enroot and Pyxis (containers in jobs) - enabled, mirror, "
              "pinnedOnly, artifacts, storageDir, cacheDir, runSize, pyxis, credentialsFile.",
              {}),
@@ -274,14 +277,6 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
-class UnixUser:
-    """A login created on every node, with the same UID everywhere."""
-
-    name: str
-    uid: int
-
-
-@dataclass(frozen=True)
 class ClusterConfig:
     cluster_name: str
     provider: str
@@ -296,6 +291,8 @@ class ClusterConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     users: tuple[UnixUser, ...] = ()
+    groups: tuple[UnixGroup, ...] = ()
+    access: AccessSettings = field(default_factory=AccessSettings)
     containers: ContainerSettings = field(default_factory=ContainerSettings)
     topology: TopologySettings | None = None
     nccl: NcclConfig = field(default_factory=NcclConfig)
@@ -537,23 +534,6 @@ def _parse_storage(c: Collector, raw: Mapping[str, Any]) -> StorageSettings:
                            paths=tuple(paths))
 
 
-def _parse_users(c: Collector, raw: Mapping[str, Any]) -> list[UnixUser]:
-    where = key("users")
-    value = raw.get("users")
-    if value in (None, []):
-        return []
-    users = []
-    for ukey, item in c.mappings(value, where, ("name", "uid"), "users, each with name and uid"):
-        name = c.string(item, "name", f"{ukey}.name", pattern=USER_NAME_RE,
-                        what="a login name: lower-case letters, digits, '_' and '-'")
-        uid = c.integer(item, "uid", f"{ukey}.uid", default=None, minimum=1000, maximum=59999)
-        if name is not None and uid is not None:
-            users.append(UnixUser(name, uid))
-    c.duplicates(where, [u.name for u in users], "user name")
-    c.duplicates(where, [str(u.uid) for u in users], "uid")
-    return users
-
-
 def _time_budgets(accounting: AccountingSettings) -> list[str]:
     """The QOS that limit TRES-minutes: 'safe' enforcement holds forever a job whose time
     limit is unbounded under them."""
@@ -634,7 +614,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     _check_options(c, slurm_conf, key("slurmConf"))
     elastic = _parse_elastic(c, raw, provider, pools)
     storage = _parse_storage(c, raw)
-    users = _parse_users(c, raw)
+    users, groups, access = parse_users(c, raw)
     containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
                                   base_dir, check_artifacts)
     configure = c.boolean(raw, "configure", key("configure"), False)
@@ -675,6 +655,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         controller_name=controller_name, compute_pools=tuple(pools),
         partitions=tuple(partitions), slurm_conf=dict(slurm_conf), local=local,
         elastic=elastic, storage=storage, accounting=accounting, users=tuple(users),
+        groups=tuple(groups), access=access,
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
         monitoring=monitoring, rest=rest, login=login, configure=configure, byo=byo,
         oci=oci)

@@ -105,7 +105,9 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         else [],
         "metalslurm_partitions": partitions,
         "metalslurm_slurm_conf": dict(cfg.slurm_conf),
-        "metalslurm_users": [{"name": u.name, "uid": u.uid} for u in cfg.users],
+        "metalslurm_users": [u.inventory_vars() for u in cfg.users],
+        "metalslurm_groups": [{"name": g.name, "gid": g.gid} for g in cfg.groups],
+        "metalslurm_access": cfg.access.inventory_vars(),
         "metalslurm_containers": cfg.containers.inventory_vars(),
         "metalslurm_topology": (cfg.topology.inventory_vars() if cfg.topology is not None
                                 else {"source": "none"}),

@@ -65,6 +65,25 @@ def _publish(path: Path, text: str, private: bool = False) -> None:
     os.replace(tmp, path)
 
 
+# The users of the e2e stacks who log in with an SSH key made for the run (mallory has none).
+E2E_KEY_USERS = ("alice", "bob", "dave")
+
+
+def user_key(name: str) -> Path:
+    """A cluster user's SSH private key for the e2e tests (made once, 0600; its .pub goes
+    into the stack where the stack file says '<e2e key>')."""
+    keys = REPO / ".metalslurm" / "e2e-stacks" / "user-keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    key = keys / name
+    if not key.with_suffix(".pub").exists():
+        tmp = keys / f".{name}-{os.getpid()}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@e2e",
+                        "-f", str(tmp)], check=True)
+        os.replace(tmp, key)
+        os.replace(f"{tmp}.pub", key.with_suffix(".pub"))
+    return key
+
+
 def e2e_stack(file_name: str) -> Path:
     """The e2e stack file as run here: its containers mirror pointed at the mirror this
     machine has (containers off where it has none; their tests then skip, saying why),
@@ -93,6 +112,9 @@ def e2e_stack(file_name: str) -> Path:
             "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
             "e2e-mail": {"password": E2E_SMTP_PASSWORD}}), private=True)
         monitoring["secretsFile"] = str(secrets)
+    for user in config.get("metalslurm:users") or []:
+        if user["name"] in E2E_KEY_USERS:
+            user["sshKeys"] = [user_key(user["name"]).with_suffix(".pub").read_text().strip()]
     discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
     if discovery.get("simulator"):
         discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())

@@ -21,6 +21,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
     jwt_os_problem,
     rest_settings,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.users import ssh_key_problem
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
@@ -52,7 +53,10 @@ CLUSTER_VARS = {
     "metalslurm_shared_storage": "nfs, host-bind or none",
     "metalslurm_shared_paths": "the shared directories (/home, /shared)",
     "metalslurm_partitions": "[{name, nodes, default, max_time, default_time, options}]",
-    "metalslurm_users": "[{name, uid}]: cluster users, the same UID on every node",
+    "metalslurm_users": "[{name, uid, ssh_keys, admin, groups}]: cluster users, the same UID "
+                        "on every node",
+    "metalslurm_groups": "[{name, gid}]: Unix groups, the same GID on every node",
+    "metalslurm_access": "{admin_group, admin_gid}: the group the users' admin flag gives",
     "metalslurm_accounting": "{accounts, qos, prune}",
     "metalslurm_slurm_conf": "slurm.conf settings over the defaults",
     "metalslurm_elastic": "power saving timings and rates",
@@ -217,9 +221,22 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     elif isinstance(host, str) and _get(hostvars, host, "metalslurm_node_state") == "cloud":
         problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
                         "it down when idle, and Prometheus with it); name a static host")
+    problems += _user_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_users", []))
     problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_private_cidr"))
+    return problems
+
+
+def _user_problems(users: Any) -> list[str]:
+    """Each user's SSH keys must be OpenSSH public key lines (module_utils/users.py)."""
+    problems = []
+    for i, user in enumerate(users if isinstance(users, list) else []):
+        keys = user.get("ssh_keys") or [] if isinstance(user, Mapping) else []
+        for j, line in enumerate(keys if isinstance(keys, list) else [keys]):
+            problem = ssh_key_problem(line)
+            if problem:
+                problems.append(f"metalslurm_users[{i}].ssh_keys[{j}]: {problem}")
     return problems
 
 

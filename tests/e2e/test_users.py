@@ -1,0 +1,78 @@
+"""Users log in with their SSH keys (roles/common, metalslurm:users sshKeys, admin, groups) on
+the Debian 13 cluster: from this machine, over the cluster network, to the login node, as a
+user would; a user removed from the config is locked out and keeps their home.
+
+The last Debian 13 module (it leaves bob removed: nothing after it needs him).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from infra.configure import run_playbook
+from tests.e2e.conftest import user_key, wait_for
+
+LOGIN_ADDRESS = "10.78.13.253"
+OWN_LINE = "# alice own line, outside the managed block"
+
+
+@pytest.fixture(scope="module")
+def cluster(debian13):
+    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    return debian13
+
+
+def ssh(cluster, user: str, command: str, key_of: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """``command`` as ``user`` on the login node, with ``key_of``'s key (default theirs)."""
+    return subprocess.run(
+        ["ssh", "-i", str(user_key(key_of or user)), "-o", "BatchMode=yes",
+         "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={cluster.state}/ssh/known_hosts",
+         "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
+         f"{user}@{LOGIN_ADDRESS}", "--", command],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_alice_logs_in_with_her_key_and_submits_from_the_login_node(cluster):
+    out = ssh(cluster, "alice", "id -Gn; sbatch --parsable -w gpu-001 -o /dev/null "
+                                "--wrap 'id -un > $HOME/ssh-job.txt'")
+    assert out.returncode == 0, out.stderr
+    groups, job = out.stdout.split("\n", 1)
+    assert sorted(groups.split()) == ["alice", "ml"]
+    assert cluster.wait_until_done(job.strip().split(";")[0]) == "COMPLETED"
+    assert cluster.ctl("cat /home/alice/ssh-job.txt").stdout.strip() == "alice"
+
+
+def test_keys_open_only_their_own_account_and_the_admin_flag_gives_the_admin_group(cluster):
+    assert ssh(cluster, "alice", "true", key_of="bob").returncode == 255
+    assert ssh(cluster, "mallory", "true", key_of="alice").returncode == 255  # no key at all
+    dave = ssh(cluster, "dave", "id -Gn")
+    assert (dave.returncode, sorted(dave.stdout.split())) == (0, ["dave", "hpcadmin"])
+
+
+def test_a_removed_user_is_locked_out_keeps_the_home_and_others_keep_their_own_lines(cluster):
+    cluster.ctl(f"echo '{OWN_LINE}' >> /home/alice/.ssh/authorized_keys")
+    assert ssh(cluster, "bob", "true").returncode == 0
+    users = yaml.safe_load(cluster.inventory.read_text())["all"]["vars"]["metalslurm_users"]
+    without_bob = [u for u in users if u["name"] != "bob"]
+    result = run_playbook(cluster.inventory, out=lambda _line: None,
+                          extra_vars={"metalslurm_users": without_bob})
+    assert result.ok, result.failures
+    locked = {host for host, task in result.changed_tasks
+              if task == "Lock the users removed from the config"}
+    assert locked == {"ctl", "gpu-001", "gpu-002", "login-001"}
+    refused = wait_for("bob to be refused", lambda: ssh(cluster, "bob", "true").returncode == 255,
+                       timeout=30)
+    assert refused
+    # Expired on day 1 (1970-01-02), UID kept, home and files kept, managed keys gone.
+    assert cluster.login("getent shadow bob | cut -d: -f8; id -u bob").stdout.split() == [
+        "1", "2002"]
+    assert cluster.ctl("stat -c '%U %a' /home/bob").stdout.strip() == "bob 700"
+    assert "metalslurm" not in cluster.ctl("cat /home/bob/.ssh/authorized_keys").stdout
+    # alice: still in, her own line kept beside the block.
+    assert ssh(cluster, "alice", "true").returncode == 0
+    text = cluster.ctl("cat /home/alice/.ssh/authorized_keys").stdout
+    assert OWN_LINE in text and "BEGIN metalslurm" in text
