@@ -317,7 +317,7 @@ def test_up_recovers_when_the_state_directory_was_lost(configured, tmp_path):
 def test_down_removes_everything(configured):
     proc = metalslurm("local", "down", "--stack", str(STACK))
     assert proc.returncode == 0
-    assert "removed 3 node container(s) of cluster ms-e2e12" in proc.stdout
+    assert "removed 4 node container(s) of cluster ms-e2e12" in proc.stdout
     assert cluster_containers(CLUSTER) == []
     assert not network_exists(f"{CLUSTER}-net")
     assert not STATE.exists()

@@ -554,7 +554,16 @@ def test_ray_sweep_runs_its_trials_on_both_nodes_and_leaves_no_ray_process(clust
     assert ray_processes(cluster) == {"gpu-001": [], "gpu-002": []}
 
 
-def test_a_cancelled_ray_sweep_leaves_no_ray_process(cluster, train_env):
+# A Ray client dialling the sweep's head on gpu-001 (Ray's default port).
+RAY_DIAL = ("import ray\nray.init(address='10.78.13.11:6379', log_to_driver=False)\n"
+            "print('connected', ray.cluster_resources())\n")
+# What Ray 2.60's GCS answers a client without the head's token (the client logs it on every
+# retry; the dial is cut short after it, Ray would retry for a minute).
+RAY_REFUSED = re.compile(r"Unauthenticated: RPC error: InvalidAuthToken: Authentication token "
+                         r"is missing or incorrect")
+
+
+def test_a_cancelled_ray_sweep_refuses_other_users_and_leaves_no_ray_process(cluster, train_env):
     cluster.ctl(f"mkdir -p {SPOT} && cp /usr/share/common-licenses/GPL-3 {SPOT}/ray-corpus.txt")
     job = sbatch(cluster, f"-w {STATIC} --output={WORK}/ray-cancel-%j.out "
                           f"--export=ALL,DATA={SPOT}/ray-corpus.txt,"
@@ -563,9 +572,21 @@ def test_a_cancelled_ray_sweep_leaves_no_ray_process(cluster, train_env):
              lambda: '"event": "cluster"' in cluster.ctl(f"cat {WORK}/ray-cancel-{job}.out",
                                                          check=False).stdout,
              timeout=180)
-    running = ray_processes(cluster)
-    assert all(any("raylet" in p for p in procs) for procs in running.values()), running
-    cluster.ctl(f"scancel {job}")
+    try:
+        running = ray_processes(cluster)
+        assert all(any("raylet" in p for p in procs) for procs in running.values()), running
+        # The job's token: alice's alone. bob, on the login node, dials her head without it,
+        # and with a token of his own: refused both times.
+        token = f"/home/alice/.ray/slurm-{job}.token"
+        assert cluster.ctl(f"stat -c '%U %a' {token}").stdout.strip() == "alice 600"
+        assert cluster.login(f"cat {token}", user="bob", check=False).returncode != 0
+        for env in ("", "env RAY_AUTH_MODE=token RAY_AUTH_TOKEN=" + "0" * 64 + " "):
+            dial = cluster.login(f"{env}timeout 30 {TRAIN_ENV}/bin/python -c "
+                                 f"{quoted(RAY_DIAL)}", user="bob", check=False)
+            assert dial.returncode != 0 and "connected" not in dial.stdout, (env, dial.stdout)
+            assert RAY_REFUSED.search(dial.stdout + dial.stderr), (env, dial.stderr[-2000:])
+    finally:
+        cluster.ctl(f"scancel {job}")
     assert cluster.wait_until_done(job) == "CANCELLED by 0"  # root's scancel
     wait_for("every Ray process to be gone",
              lambda: ray_processes(cluster) == {"gpu-001": [], "gpu-002": []}, timeout=60)
