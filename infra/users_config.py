@@ -17,13 +17,14 @@ from typing import Any
 from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
     DEFAULT_ADMIN_GID,
     DEFAULT_ADMIN_GROUP,
+    admin_lockout_problem,
     ssh_key_problem,
 )
 
 from infra.schema import USER_NAME_RE, Collector, key
 
 _USER_KEYS = ("name", "uid", "sshKeys", "admin", "groups")
-_ACCESS_KEYS = ("adminGroup", "adminGid")
+_ACCESS_KEYS = ("adminGroup", "adminGid", "pamSlurmAdopt")
 MIN_ID, MAX_ID = 1000, 59999
 
 
@@ -56,9 +57,12 @@ class AccessSettings:
 
     admin_group: str = DEFAULT_ADMIN_GROUP
     admin_gid: int = DEFAULT_ADMIN_GID
+    # SSH to a compute node only with a job there (pam_slurm_adopt); admins always.
+    pam_slurm_adopt: bool = True
 
     def inventory_vars(self) -> dict[str, Any]:
-        return {"admin_group": self.admin_group, "admin_gid": self.admin_gid}
+        return {"admin_group": self.admin_group, "admin_gid": self.admin_gid,
+                "pam_slurm_adopt": self.pam_slurm_adopt}
 
 
 def _ssh_keys(c: Collector, item: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -102,7 +106,8 @@ def _parse_access(c: Collector, raw: Mapping[str, Any]) -> AccessSettings:
     group = c.string(item, "adminGroup", f"{where}.adminGroup", default=d.admin_group,
                      pattern=USER_NAME_RE, what="a group name")
     gid = c.integer(item, "adminGid", f"{where}.adminGid", d.admin_gid, MIN_ID, MAX_ID)
-    return AccessSettings(group or d.admin_group, d.admin_gid if gid is None else gid)
+    adopt = c.boolean(item, "pamSlurmAdopt", f"{where}.pamSlurmAdopt", d.pam_slurm_adopt)
+    return AccessSettings(group or d.admin_group, d.admin_gid if gid is None else gid, adopt)
 
 
 def parse_users(c: Collector, raw: Mapping[str, Any]
@@ -147,4 +152,8 @@ def parse_users(c: Collector, raw: Mapping[str, Any]
                       "ID); choose another")
         names.setdefault(name, f"group {name}")
         ids.setdefault(gid, f"group {name}")
+    problem = admin_lockout_problem([u.inventory_vars() for u in users],
+                                    access.inventory_vars())
+    if problem:
+        c.problem(f"{key('access')}.pamSlurmAdopt", problem)
     return users, groups, access

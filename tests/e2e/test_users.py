@@ -1,12 +1,14 @@
 """Users log in with their SSH keys (roles/common, metalslurm:users sshKeys, admin, groups) on
 the Debian 13 cluster: from this machine, over the cluster network, to the login node, as a
-user would; a user removed from the config is locked out and keeps their home.
+user would; on compute nodes only with a job there (roles/slurm_pam_adopt), admins always; a
+user removed from the config is locked out and keeps their home.
 
 The last Debian 13 module (it leaves bob removed: nothing after it needs him).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -16,6 +18,8 @@ from infra.configure import run_playbook
 from tests.e2e.conftest import user_key, wait_for
 
 LOGIN_ADDRESS = "10.78.13.253"
+GPU_002 = "10.78.13.12"
+NO_JOB = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
 OWN_LINE = "# alice own line, outside the managed block"
 
 
@@ -25,15 +29,20 @@ def cluster(debian13):
     return debian13
 
 
-def ssh(cluster, user: str, command: str, key_of: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    """``command`` as ``user`` on the login node, with ``key_of``'s key (default theirs)."""
-    return subprocess.run(
-        ["ssh", "-i", str(user_key(key_of or user)), "-o", "BatchMode=yes",
-         "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={cluster.state}/ssh/known_hosts",
-         "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR",
-         f"{user}@{LOGIN_ADDRESS}", "--", command],
-        capture_output=True, text=True, timeout=120, check=False)
+def ssh_argv(cluster, user: str, command: str, key_of: str | None = None,
+             address: str = LOGIN_ADDRESS) -> list[str]:
+    return ["ssh", "-i", str(user_key(key_of or user)), "-o", "BatchMode=yes",
+            "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={cluster.state}/ssh/known_hosts",
+            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
+            f"{user}@{address}", "--", command]
+
+
+def ssh(cluster, user: str, command: str, key_of: str | None = None,
+        address: str = LOGIN_ADDRESS) -> subprocess.CompletedProcess[str]:
+    """``command`` as ``user`` on the login node (or ``address``), with ``key_of``'s key
+    (default theirs)."""
+    return subprocess.run(ssh_argv(cluster, user, command, key_of, address),
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_alice_logs_in_with_her_key_and_submits_from_the_login_node(cluster):
@@ -51,6 +60,39 @@ def test_keys_open_only_their_own_account_and_the_admin_flag_gives_the_admin_gro
     assert ssh(cluster, "mallory", "true", key_of="alice").returncode == 255  # no key at all
     dave = ssh(cluster, "dave", "id -Gn")
     assert (dave.returncode, sorted(dave.stdout.split())) == (0, ["dave", "hpcadmin"])
+
+
+def test_a_compute_node_refuses_a_user_without_a_job_there_and_lets_an_admin_in(cluster):
+    refused = ssh(cluster, "alice", "hostname", address=GPU_002)
+    assert (refused.returncode, refused.stdout) == (255, "")
+    assert NO_JOB in refused.stderr
+    admin = ssh(cluster, "dave", "hostname", address=GPU_002)
+    assert (admin.returncode, admin.stdout.strip()) == (0, "gpu-002")
+
+
+def test_a_user_with_a_job_is_adopted_into_it_and_the_shell_ends_with_the_job(cluster):
+    job = cluster.submit("alice", "-w gpu-002 --time=5 --wrap 'sleep 300'")
+    try:
+        wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
+                 timeout=60)
+        inside = ssh(cluster, "alice", "cat /proc/self/cgroup", address=GPU_002)
+        assert inside.returncode == 0, inside.stderr
+        assert re.search(rf"^\d+:freezer:/slurm_gpu-002/uid_2001/job_{job}/step_extern$",
+                         inside.stdout, re.M), inside.stdout
+        # A shell left running in the job: counted with it, and gone when it ends.
+        session = subprocess.Popen(ssh_argv(cluster, "alice", "exec sleep 1000",
+                                            address=GPU_002),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pid = wait_for("the session's sleep", lambda: cluster.on(
+            "gpu-002", "pgrep -u alice -n -f '^sleep 1000$'", check=False).stdout.strip(),
+            timeout=30)
+        assert f"job_{job}/step_extern" in cluster.on("gpu-002", f"cat /proc/{pid}/cgroup").stdout
+    finally:
+        cluster.ctl(f"scancel {job}")
+    wait_for("the adopted session to end with the job", lambda: session.poll() is not None,
+             timeout=60)
+    assert cluster.on("gpu-002", f"test -e /proc/{pid}", check=False).returncode == 1
+    assert ssh(cluster, "alice", "true", address=GPU_002).returncode == 255
 
 
 def test_a_removed_user_is_locked_out_keeps_the_home_and_others_keep_their_own_lines(cluster):

@@ -73,7 +73,7 @@ def test_accounting_storage_and_users_are_read():
                              "limits": {"GrpTRESMins": "gres/gpu=43200"}}],
                     "accounts": [{"name": "team-a", "users": ["alice"], "fairshare": 100,
                                   "qos": ["normal", "team-a-gpu"], "defaultQos": "normal"}]},
-        users=[{"name": "alice", "uid": 2001}]))
+        users=[{"name": "alice", "uid": 2001}, {"name": "ops", "uid": 2099, "admin": True}]))
     assert cfg.storage.paths == ("/home", "/shared", "/data")
     assert cfg.storage.server == "nfs"
     acc = cfg.accounting.accounts[0]

@@ -207,9 +207,12 @@ def test_the_prolog_is_named_only_once_every_compute_node_has_it(tmp_path, kept,
     assert proc.returncode == 0, proc.stdout[-4000:]
     conf = settings(tmp_path / "24.11/slurm.conf")
     named = {k: conf.get(k) for k in ("Prolog", "Epilog", "PrologFlags")}
+    # Contain in either case: pam_slurm_adopt is on by default (its extern step).
     assert named == ({"Prolog": "/usr/local/sbin/metalslurm-prolog",
-                      "Epilog": "/usr/local/sbin/metalslurm-epilog", "PrologFlags": "Alloc"}
-                     if prolog else {"Prolog": None, "Epilog": None, "PrologFlags": None})
+                      "Epilog": "/usr/local/sbin/metalslurm-epilog",
+                      "PrologFlags": "Alloc,Contain"}
+                     if prolog else {"Prolog": None, "Epilog": None, "PrologFlags": "Contain"})
+    assert conf.get("LaunchParameters") == "use_interactive_step,ulimit_pam_adopt"
     assert ("Prolog) waits for gpu-[003-004]" in proc.stdout) is not prolog
     assert ("(scontrol update NodeName=gpu-[003-004]" in proc.stdout) is not prolog
     assert json.loads((tmp_path / "24.11/compute-prolog.json").read_text()) == now_kept

@@ -51,10 +51,13 @@ def test_users_groups_and_access_reach_the_inventory():
         {"name": "alice", "uid": 2001, "ssh_keys": [ALICE], "admin": False, "groups": ["ml"]},
         {"name": "dave", "uid": 2004, "ssh_keys": [], "admin": True, "groups": []}]
     assert v["metalslurm_groups"] == [{"name": "ml", "gid": 3001}]
-    assert v["metalslurm_access"] == {"admin_group": "hpcadmin", "admin_gid": 2999}
+    assert v["metalslurm_access"] == {"admin_group": "hpcadmin", "admin_gid": 2999,
+                                      "pam_slurm_adopt": True}
 
 
 @pytest.mark.parametrize("raw, key, fragment", [
+    ({"users": [{"name": "alice", "uid": 2001}]}, "metalslurm:access.pamSlurmAdopt",
+     "is on (the default) but no user is in the admin group hpcadmin"),
     ({"users": [{"name": "alice", "uid": 2001, "sshKeys": ["ssh-ed25519 AAAA"]}]},
      "metalslurm:users[0].sshKeys[0]", "not valid base64 of an SSH key"),
     ({"users": [{"name": "alice", "uid": 2001, "sshKeys": ALICE}]},
@@ -78,6 +81,12 @@ def test_bad_users_groups_and_access_name_the_key(raw, key, fragment):
     assert any(p.startswith(key) and fragment in p for p in found), found
 
 
+def test_without_users_or_with_adopt_off_no_admin_is_needed():
+    assert parsed().access.pam_slurm_adopt is True
+    cfg = parsed(users=[{"name": "alice", "uid": 2001}], access={"pamSlurmAdopt": False})
+    assert cfg.access.pam_slurm_adopt is False
+
+
 def test_a_hand_written_inventory_is_held_to_the_same_key_rule():
     cfg = parsed(storage={"backend": "none"})
     specs = node_specs(cfg, "none")
@@ -85,6 +94,9 @@ def test_a_hand_written_inventory_is_held_to_the_same_key_rule():
         {"name": "alice", "uid": 2001, "ssh_keys": [ALICE, "ssh-rsa AAAA alice"]}])
     with pytest.raises(InventoryError) as err:
         build_inventory(specs, bad)
-    assert [p for p in err.value.problems if "ssh_keys" in p] == [
+    assert [p for p in err.value.problems if "metalslurm_users" in p or "access" in p] == [
+        "metalslurm_access.pam_slurm_adopt is on (the default) but no user is in the admin "
+        "group hpcadmin: compute nodes would let in only users with a job there, and no admin; "
+        "give one user 'admin: true', or set pamSlurmAdopt: false",
         "metalslurm_users[0].ssh_keys[1]: 'ssh-rsa AAAA alice': the key is not valid base64 of "
         "an SSH key (a truncated paste?)"]

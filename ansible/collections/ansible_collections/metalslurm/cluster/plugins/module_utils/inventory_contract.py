@@ -21,7 +21,10 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
     jwt_os_problem,
     rest_settings,
 )
-from ansible_collections.metalslurm.cluster.plugins.module_utils.users import ssh_key_problem
+from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
+    admin_lockout_problem,
+    ssh_key_problem,
+)
 
 GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
 NODE_STATES = ("static", "cloud")
@@ -221,16 +224,19 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     elif isinstance(host, str) and _get(hostvars, host, "metalslurm_node_state") == "cloud":
         problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
                         "it down when idle, and Prometheus with it); name a static host")
-    problems += _user_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_users", []))
+    problems += _user_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_users", []),
+                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_access", {}))
     problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_private_cidr"))
     return problems
 
 
-def _user_problems(users: Any) -> list[str]:
-    """Each user's SSH keys must be OpenSSH public key lines (module_utils/users.py)."""
-    problems = []
+def _user_problems(users: Any, access: Any) -> list[str]:
+    """Each user's SSH keys must be OpenSSH public key lines, and with pam_slurm_adopt on a
+    user must be an admin (module_utils/users.py)."""
+    lockout = admin_lockout_problem(users, dict(access) if isinstance(access, Mapping) else {})
+    problems = [f"metalslurm_access.pam_slurm_adopt {lockout}"] if lockout else []
     for i, user in enumerate(users if isinstance(users, list) else []):
         keys = user.get("ssh_keys") or [] if isinstance(user, Mapping) else []
         for j, line in enumerate(keys if isinstance(keys, list) else [keys]):

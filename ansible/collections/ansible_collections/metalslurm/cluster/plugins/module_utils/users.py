@@ -51,3 +51,18 @@ def ssh_key_problem(line: Any) -> str | None:
         return (f"{shown!r}: the key data is not a {key_type} key (a truncated paste, or the "
                 "type edited?)")
     return None
+
+
+def admin_lockout_problem(users: Any, access: Any) -> str | None:
+    """With pam_slurm_adopt on, compute nodes let in only a user with a job there, and the
+    admin group's members: cluster users of whom none is an admin would leave nobody but
+    root to look at a node without a job (the reason admins lock themselves out)."""
+    if not isinstance(access, dict) or not access.get("pam_slurm_adopt", True):
+        return None
+    users = users if isinstance(users, list) else []
+    if not users or any(isinstance(u, dict) and u.get("admin") for u in users):
+        return None
+    group = access.get("admin_group") or DEFAULT_ADMIN_GROUP
+    return (f"is on (the default) but no user is in the admin group {group}: compute nodes "
+            "would let in only users with a job there, and no admin; give one user "
+            "'admin: true', or set pamSlurmAdopt: false")
