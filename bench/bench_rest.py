@@ -1,8 +1,9 @@
 """Slurm's REST API on a running local cluster: "list jobs" with an empty queue and with
 ``--jobs`` (1,000) queued, against the same question asked with squeue, and the time
-``scontrol token`` takes, in one run on the REST host (the controller).
+``scontrol token`` takes, in one run on the REST host (the first login node, else the
+controller).
 
-Everything is timed on the controller by one Python script (no SSH in the timings): for each
+Everything is timed on the REST host by one Python script (no SSH in the timings): for each
 queue size, ``--runs`` GETs of ``/slurm/<api>/jobs`` with a token, ``--runs`` of
 ``squeue --json`` (the same records through the same data parser, without HTTP) and of
 plain ``squeue``; then ``--runs`` of ``scontrol token`` against ``scontrol ping`` (one RPC to
@@ -28,7 +29,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Runs on the controller: prints one JSON object of timings (seconds per run).
+# Runs on the REST host: prints one JSON object of timings (seconds per run).
 _TIMER = r"""
 import json, statistics, subprocess, sys, time, urllib.request
 url, api, jobs, runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -96,15 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state = REPO / ".metalslurm" / args.stack.name.removeprefix("Pulumi.").removesuffix(".yaml")
     inventory = yaml.safe_load((state / "inventory.yml").read_text())["all"]
-    controller = next(iter(inventory["children"]["slurm_controller"]["hosts"]))
+    children = inventory["children"]
+    host = (list((children.get("login") or {}).get("hosts") or {})
+            + list(children["slurm_controller"]["hosts"]))[0]
     rest = {**DEFAULTS, **inventory["vars"].get("metalslurm_rest", {})}
-    address = rest["listen_address"] or inventory["hosts"][controller]["metalslurm_address"]
-    version = on(args.stack, controller, ["dpkg-query", "--showformat=${Version}", "--show",
-                                          "slurm-client"])
+    address = rest["listen_address"] or inventory["hosts"][host]["metalslurm_address"]
+    version = on(args.stack, host, ["dpkg-query", "--showformat=${Version}", "--show",
+                                    "slurm-client"])
     api = rest_release(version).api_version
-    out = on(args.stack, controller, ["python3", "-c", _TIMER,
-                                      f"http://{address}:{rest['port']}", api,
-                                      str(args.jobs), str(args.runs)])
+    out = on(args.stack, host, ["python3", "-c", _TIMER, f"http://{address}:{rest['port']}",
+                                api, str(args.jobs), str(args.runs)])
     result = json.loads(out.splitlines()[-1])
     print(f"Slurm {version}, API {api}, {args.runs} runs each, medians (ms):")
     print(f"{'queue':>8} {'rows':>6} {'REST /jobs':>11} {'squeue --json':>14} {'squeue':>8} "
