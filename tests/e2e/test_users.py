@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
-from tests.e2e.conftest import user_key, wait_for
+from tests.e2e.conftest import BUILD_IMAGE, IMAGE, MARKER, user_key, vendor_dir, wait_for
 
 LOGIN_ADDRESS = "10.78.13.253"
 GPU_002 = "10.78.13.12"
@@ -53,6 +53,23 @@ def test_alice_logs_in_with_her_key_and_submits_from_the_login_node(cluster):
     assert sorted(groups.split()) == ["alice", "ml"]
     assert cluster.wait_until_done(job.strip().split(";")[0]) == "COMPLETED"
     assert cluster.ctl("cat /home/alice/ssh-job.txt").stdout.strip() == "alice"
+
+
+# Over alice's own SSH session on the login node: a container step and an MPI step.
+CONTAINER_STEP = f"srun -w gpu-001 --container-image={IMAGE} cat /etc/metalslurm-e2e-image"
+MPI_STEP = ("srun --mpi=pmix -N2 --ntasks-per-node=1 python3 -c 'from mpi4py import MPI; "
+            "c = MPI.COMM_WORLD; print(c.Get_rank(), c.allreduce(c.Get_rank() + 1))'")
+
+
+def test_alice_runs_a_container_step_and_an_mpi_step_from_her_ssh_session(cluster):
+    if vendor_dir() is None:
+        pytest.skip("no mirror of the Enroot/Pyxis artifacts here: no containers")
+    cluster.on("gpu-001", BUILD_IMAGE)  # the container module's image, made again if gone
+    container = ssh(cluster, "alice", CONTAINER_STEP)
+    assert (container.returncode, container.stdout.strip()) == (0, MARKER), container.stderr
+    mpi = ssh(cluster, "alice", MPI_STEP)
+    assert mpi.returncode == 0, mpi.stderr
+    assert sorted(mpi.stdout.split("\n")[:-1]) == ["0 3", "1 3"]
 
 
 def test_keys_open_only_their_own_account_and_the_admin_flag_gives_the_admin_group(cluster):

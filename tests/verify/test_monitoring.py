@@ -94,7 +94,9 @@ def test_compute_nodes_have_the_gpu_job_prolog_that_slurm_conf_names(host, host_
         pytest.skip(f"{host_name} runs no jobs")
     conf = host.check_output("scontrol show config")
     assert "/usr/local/sbin/metalslurm-prolog" in conf
-    assert re.search(r"^PrologFlags *= Alloc$", conf, re.M)
+    # Alloc (Contain too with pam_slurm_adopt: it implies Alloc).
+    flags = re.search(r"^PrologFlags *= (\S+)$", conf, re.M)
+    assert flags and "Alloc" in flags[1].split(","), flags
     for name in ("metalslurm-prolog", "metalslurm-epilog"):
         link = host.file(f"/usr/local/sbin/{name}")
         assert link.is_symlink and link.linked_to == "/usr/local/sbin/metalslurm-gpu-jobs"
