@@ -80,6 +80,15 @@ def with_switches(cfg: ClusterConfig, specs: list[NodeSpec]) -> list[NodeSpec]:
             else s for s in specs]
 
 
+def login_specs(cfg: ClusterConfig) -> list[NodeSpec]:
+    """The login nodes of a provider that plans addresses (local, oci): from the top of the
+    private subnet downward, below the last address (the NFS server's, taken or not), so no
+    change to the compute pools moves one and adding one moves no other node."""
+    hosts = list(cfg.private_cidr.hosts())
+    return [NodeSpec(name=name, address=str(hosts[-2 - i]), groups=("login",))
+            for i, name in enumerate(cfg.login.names())]
+
+
 def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
     """The ``all`` vars of the inventory that come from the stack config.
 

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import ClusterConfig
-from infra.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
+from infra.inventory import (
+    NodeSpec,
+    build_inventory,
+    cluster_vars,
+    login_specs,
+    with_switches,
+)
 from infra.providers.host_ca import (
     NODE_HOST_CA_DIR,
     host_bundles,
@@ -136,17 +142,7 @@ def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
                 node_state="cloud" if name in elastic else "static",
                 power={"driver": "local", "container": container_name(cfg.cluster_name, name)}))
             index += 1
-    specs += login_specs(cfg)
-    return specs
-
-
-def login_specs(cfg: ClusterConfig) -> list[NodeSpec]:
-    """The login nodes, from the top of the private subnet downward below the last address
-    (the NFS server's, taken or not): no change to the compute pools moves one, and adding
-    one moves no other node (every provider that plans addresses places them so)."""
-    hosts = list(cfg.private_cidr.hosts())
-    return [NodeSpec(name=name, address=str(hosts[-2 - i]), groups=("login",))
-            for i, name in enumerate(cfg.login.names())]
+    return specs + login_specs(cfg)
 
 
 def host_hardware(cpuinfo: str, meminfo: str, reserve_percent: int = 3) -> dict[str, int]:

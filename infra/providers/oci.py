@@ -25,9 +25,8 @@ from typing import Any
 import pulumi
 
 from infra.config import ClusterConfig
-from infra.inventory import NodeSpec
+from infra.inventory import NodeSpec, login_specs
 from infra.machines import ClusterArgs, Machines
-from infra.providers.local import login_specs
 from infra.providers.oci_config import OciSettings
 
 CONTROLLER_HOST_INDEX = 10  # controller at <subnet>.10, NFS .11, compute nodes from .12
