@@ -10,6 +10,7 @@ printed at the end of the run.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -71,16 +72,20 @@ E2E_KEY_USERS = ("alice", "bob", "dave")
 
 def user_key(name: str) -> Path:
     """A cluster user's SSH private key for the e2e tests (made once, 0600; its .pub goes
-    into the stack where the stack file says '<e2e key>')."""
+    into the stack where the stack file says '<e2e key>'). Made under a lock: both pytest
+    processes of 'make e2e' collect at once, and two key pairs renamed over each other
+    half by half would leave a private key that does not match the published .pub."""
     keys = REPO / ".metalslurm" / "e2e-stacks" / "user-keys"
     keys.mkdir(parents=True, exist_ok=True)
     key = keys / name
-    if not key.with_suffix(".pub").exists():
-        tmp = keys / f".{name}-{os.getpid()}"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@e2e",
-                        "-f", str(tmp)], check=True)
-        os.replace(tmp, key)
-        os.replace(f"{tmp}.pub", key.with_suffix(".pub"))
+    with open(keys / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not key.with_suffix(".pub").exists():
+            tmp = keys / f".{name}-{os.getpid()}"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                            f"{name}@e2e", "-f", str(tmp)], check=True)
+            os.replace(tmp, key)
+            os.replace(f"{tmp}.pub", key.with_suffix(".pub"))
     return key
 
 

@@ -67,3 +67,6 @@ def test_run_as_ansible_runs_it_on_this_machine(tmp_path):
     assert result["ansible_facts"]["packages"]["dpkg"][0]["name"] == "dpkg"
     # This machine's PID 1 is not systemd: no services to report, and no failure.
     assert ("services" in result["ansible_facts"]) == Path("/run/systemd/system").is_dir()
+    # The apt hook's stamp, as this machine has it or not.
+    assert result["ansible_facts"]["apt_update_stamp"] is Path(
+        "/var/lib/apt/periodic/update-success-stamp").is_file()
