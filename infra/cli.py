@@ -380,6 +380,118 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accept_setup(args: argparse.Namespace):
+    """The inventory's compute nodes, the gate's settings and a connection to the
+    controller; every input checked first (nothing runs on a node before)."""
+    from infra.accept.gate import gate_nodes
+    from infra.accept.remote import Remote
+    from infra.accept.settings import settings_from_inventory
+
+    document = load_inventory(args.inventory, "--inventory")
+    controller = _inventory_with(args.inventory, "slurm_controller")[0]
+    nodes = gate_nodes(document)
+    if not nodes:
+        raise InputError("--inventory", f"has no host in group slurm_compute; give "
+                         f"{INVENTORY_FILE}", args.inventory)
+    all_vars = (document.get("all") or {}).get("vars") or {}
+    settings = settings_from_inventory(all_vars, list(all_vars.get("metalslurm_shared_paths")
+                                                      or []), getattr(args, "level", None))
+    host_vars = {**all_vars, **(((document.get("all") or {}).get("hosts") or {}).get(
+        controller) or {})}
+    return nodes, settings, Remote(controller, host_vars)
+
+
+def _check_html_argument(path: Path | None) -> None:
+    """--html names a page to write: a new file, or one this command wrote (an HTML page);
+    anything else there is not overwritten."""
+    if path is None:
+        return
+    what = "a new file name, or a page 'metalslurm accept' wrote, for the report"
+    if path.exists() or path.is_symlink():
+        text = read_text_argument(path, "--html", what, allow_empty=True)
+        if text and not text.startswith("<!DOCTYPE html>"):
+            raise InputError("--html", f"is a file that is not an HTML page; give {what}", path)
+    elif not path.parent.is_dir():
+        raise InputError("--html", f"is in {path.parent}, which is not a directory; give {what}",
+                         path)
+
+
+def _accept_report_path(args: argparse.Namespace, run: str) -> Path:
+    return args.html or args.inventory.resolve().parent / "accept" / f"{run}.html"
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    """The acceptance gate on the named nodes, or on those drained with its prefix."""
+    from infra.accept.gate import Gate
+    from infra.accept.report import format_table, render_html
+
+    _check_html_argument(args.html)
+    if args.inventory is None:
+        raise InputError("--inventory", f"is required: give {INVENTORY_FILE}")
+    nodes, settings, remote = _accept_setup(args)
+    requested = parse_hostlist(args.nodes, "--nodes") if args.nodes else None
+    if requested:
+        unknown = [n for n in requested if n not in nodes]
+        if unknown:
+            raise InputError("--nodes", f"names {', '.join(unknown)}, not compute nodes of the "
+                             f"inventory ({', '.join(sorted(nodes))}); give compute nodes",
+                             args.nodes)
+    try:
+        gate = Gate(remote, settings, nodes, log=say)
+        result = gate.run(requested)
+        if not result.tested:
+            say("no node to test" + ("" if requested else
+                                     " (none is drained with 'metalslurm-accept:')"))
+            return 0
+        history, _bad = gate.history()
+        sys.stdout.write(format_table(result.verdicts))
+        html_path = _accept_report_path(args, result.run)
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(render_html(result.verdicts, history,
+                                         f"metalslurm acceptance gate, run {result.run}"))
+    finally:
+        remote.close()
+    per_node = result.seconds / len(result.tested)
+    say(f"{len(result.passed)} passed, {len(result.drained)} drained; {result.rounds} "
+        f"two-node rounds, {result.jobs} jobs, {result.seconds:.1f} s ({per_node:.1f} s a "
+        f"node); report: {html_path}")
+    return 1 if result.drained else 0
+
+
+def cmd_accept_report(args: argparse.Namespace) -> int:
+    """The table and HTML page of a run (default: the last) from the gate's history."""
+    from datetime import UTC, datetime
+
+    from infra.accept.report import format_table, render_html
+    from infra.accept.verdicts import read_verdicts_text
+
+    _check_html_argument(args.html)
+    _nodes, settings, remote = _accept_setup(args)
+    try:
+        text = remote.run(f"cat {settings.history_path} 2>/dev/null", check=False).stdout
+    finally:
+        remote.close()
+    records, _bad = read_verdicts_text(text, datetime.now(UTC), settings.history_days)
+    history = [r.measurement for r in records]
+    runs = sorted({m.run for m in history})
+    if not runs:
+        raise InputError("--inventory", f"the gate's history ({settings.history_path}) has no "
+                         f"run in the last {settings.history_days} days; run 'metalslurm "
+                         "accept' first", args.inventory)
+    run = args.run or runs[-1]
+    if run not in runs:
+        raise InputError("--run", f"is not a run of the history; the runs are "
+                         f"{', '.join(runs[-10:])}", run)
+    verdicts = [r for r in records if r.measurement.run == run]
+    sys.stdout.write(format_table(verdicts))
+    html_path = _accept_report_path(args, run)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(render_html(verdicts, [m for m in history if m.run != run],
+                                     f"metalslurm acceptance gate, run {run}"))
+    say(f"report: {html_path}")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, its usage errors said on one line like every other input error
     (subcommands' parsers are of the same class)."""
@@ -500,6 +612,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="YAML mapping of GPU type to price per GPU-hour")
     usage.add_argument("--csv", action="store_true", help="CSV instead of a text table")
     usage.set_defaults(func=cmd_report_usage)
+
+    acc = sub.add_parser(
+        "accept", help="the acceptance gate: nodes prove GPUs and fabric before taking jobs",
+        description="Test nodes in a maintenance reservation (dcgmi diag, NCCL all_reduce on "
+        "one node and across pairs, ib_write_bw per HCA port), judge the figures against the "
+        "floors and the fleet's history, drain the failing nodes with 'metalslurm-accept:' "
+        "and the figure, return the others. Without --nodes: the nodes drained with that "
+        "prefix. Exit 1 when a node failed.")
+    acc.add_argument("-i", "--inventory", type=Path,
+                     help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
+    acc.add_argument("--nodes", help="a hostlist of compute nodes (gpu-[001-004])")
+    acc.add_argument("--level", help="quick (dcgmi diag -r 2, the default) or full (-r 3)")
+    acc.add_argument("--html", type=Path, help="where to write the report page (default: "
+                     "accept/<run>.html beside the inventory)")
+    acc.set_defaults(func=cmd_accept)
+    acc_sub = acc.add_subparsers(dest="accept_command")
+    acc_rep = acc_sub.add_parser("report", help="a run's table and HTML page from the history")
+    acc_rep.add_argument("-i", "--inventory", type=Path, required=True)
+    acc_rep.add_argument("--run", help="the run (default: the last)")
+    acc_rep.add_argument("--html", type=Path, help="where to write the page")
+    acc_rep.set_defaults(func=cmd_accept_report)
     return parser
 
 

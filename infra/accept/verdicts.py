@@ -50,6 +50,25 @@ class Verdict:
     passed: bool
     reason: str  # empty when passed; what the drain reason says after the prefix
 
+    def to_json(self) -> str:
+        """A history line: the measurement's fields and the verdict's."""
+        return json.dumps({**asdict(self.measurement), "floor": self.floor,
+                           "fleet_median": self.fleet_median, "own_median": self.own_median,
+                           "passed": self.passed, "reason": self.reason}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> Verdict:
+        doc = json.loads(line)
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
+        verdict = {k: doc.pop(k) for k in ("floor", "fleet_median", "own_median", "passed",
+                                           "reason") if k in doc}
+        m = Measurement(**doc)
+        datetime.fromisoformat(m.time)
+        return cls(m, verdict.get("floor"), verdict.get("fleet_median"),
+                   verdict.get("own_median"), bool(verdict.get("passed", True)),
+                   str(verdict.get("reason", "")))
+
 
 def _figure(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
@@ -93,31 +112,52 @@ def drain_reason(verdicts: Iterable[Verdict]) -> str:
 # ---- the history ---------------------------------------------------------------------------
 
 
-def read_history(path: Path, now: datetime, window_days: int = DEFAULT_WINDOW_DAYS,
-                 ) -> tuple[list[Measurement], int]:
-    """The measurements of the last ``window_days`` and how many lines were unreadable
+def read_verdicts_text(text: str, now: datetime, window_days: int = DEFAULT_WINDOW_DAYS,
+                       ) -> tuple[list[Verdict], int]:
+    """The history's lines of the last ``window_days`` and how many lines were unreadable
     (a line cut by a full disk, say: skipped, counted, never fatal)."""
-    if not path.exists():
-        return [], 0
     since = now - timedelta(days=window_days)
     out, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:
-            m = Measurement(**json.loads(line))
-            when = datetime.fromisoformat(m.time)
+            v = Verdict.from_json(line)
         except (ValueError, TypeError):
             bad += 1
             continue
-        if when >= since:
-            out.append(m)
+        if datetime.fromisoformat(v.measurement.time) >= since:
+            out.append(v)
     return out, bad
 
 
-def append_history(path: Path, measurements: Iterable[Measurement]) -> None:
-    """Append one line per measurement (one write: lines of concurrent runs do not mix)."""
-    text = "".join(m.to_json() + "\n" for m in measurements)
+def read_history_text(text: str, now: datetime, window_days: int = DEFAULT_WINDOW_DAYS,
+                      ) -> tuple[list[Measurement], int]:
+    """The measurements of :func:`read_verdicts_text`."""
+    verdicts, bad = read_verdicts_text(text, now, window_days)
+    return [v.measurement for v in verdicts], bad
+
+
+def read_history(path: Path, now: datetime, window_days: int = DEFAULT_WINDOW_DAYS,
+                 ) -> tuple[list[Measurement], int]:
+    """:func:`read_history_text` of a file (none yet: an empty history)."""
+    if not path.exists():
+        return [], 0
+    return read_history_text(path.read_text(errors="replace"), now, window_days)
+
+
+def append_history(path: Path, records: Iterable[Measurement | Verdict]) -> None:
+    """Append one line per record (one write: lines of concurrent runs do not mix)."""
+    text = "".join(r.to_json() + "\n" for r in records)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         handle.write(text)
+
+
+def judge_check(m: Measurement, problem: str) -> Verdict:
+    """A pass/fail test (DCGM's diagnostic): failed when ``problem`` (or ``m.error``) says
+    why; its value is the count of failed results, never compared with a median."""
+    reason = problem or (m.error and f"{m.test} {m.error}") or ""
+    if m.value is None and not reason:
+        reason = f"{m.test} gave no result"
+    return Verdict(m, None, None, None, not reason, reason)

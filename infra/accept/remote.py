@@ -1,0 +1,61 @@
+"""Shell commands on the controller, over SSH as Ansible reaches it (the inventory's
+``ansible_host``, ``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file`` and
+``ansible_ssh_common_args``: known hosts, a bastion's ProxyJump), through one multiplexed
+connection so that the gate's few dozen Slurm commands cost a round trip each, not a
+handshake.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+class RemoteError(RuntimeError):
+    """A command on the controller failed (the message has its exit status and stderr)."""
+
+
+class Remote:
+    def __init__(self, host: str, host_vars: Mapping[str, Any]) -> None:
+        self.host = host
+        self._control = tempfile.TemporaryDirectory(prefix="metalslurm-accept-ssh-")
+        address = str(host_vars.get("ansible_host") or host)
+        user = host_vars.get("ansible_user")
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self._control.name}/%C",
+                "-o", "ControlPersist=120"]
+        if host_vars.get("ansible_port"):
+            argv += ["-p", str(host_vars["ansible_port"])]
+        if host_vars.get("ansible_ssh_private_key_file"):
+            argv += ["-i", str(Path(str(host_vars["ansible_ssh_private_key_file"])).expanduser())]
+        argv += shlex.split(str(host_vars.get("ansible_ssh_common_args") or ""))
+        self._argv = argv + [f"{user}@{address}" if user else address, "--"]
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``command`` in the controller's login shell (as root or with sudo, as configured)."""
+        try:
+            proc = subprocess.run([*self._argv, command], capture_output=True, text=True,
+                                  timeout=timeout, check=False, input=stdin)
+        except subprocess.TimeoutExpired:
+            raise RemoteError(f"on {self.host}: {command[:120]!r} did not end in {timeout:.0f} s"
+                              ) from None
+        if check and proc.returncode != 0:
+            raise RemoteError(f"on {self.host}: {command[:120]!r} failed ({proc.returncode}): "
+                              f"{(proc.stderr or proc.stdout).strip()[-600:]}")
+        return proc
+
+    def write(self, path: str, text: str, mode: str = "0644") -> None:
+        """A file on the controller (its directory made), written whole."""
+        quoted = shlex.quote(path)
+        self.run(f"mkdir -p \"$(dirname {quoted})\" && cat > {quoted}.tmp && chmod {mode} "
+                 f"{quoted}.tmp && mv {quoted}.tmp {quoted}", stdin=text)
+
+    def close(self) -> None:
+        subprocess.run([*self._argv[:-2], "-O", "exit", self._argv[-2]], capture_output=True,
+                       check=False, timeout=20)
+        self._control.cleanup()

@@ -1,0 +1,136 @@
+"""The acceptance gate (``metalslurm accept``, infra/accept) on the Debian 13 cluster.
+
+What runs for real: the orchestration over SSH to the controller (the reservation, the
+resume of the gate's drains, Slurm powering the elastic nodes up for the gate's jobs and
+down after, the node jobs, the two-node jobs with srun --mpi=pmix in rounds, the history on
+shared storage, the drains and returns, the report in headless Chromium). What is a
+STAND-IN: the measuring tools. No GPU, HCA or DCGM is here, so all_reduce_perf, ib_write_bw
+and dcgmi are tests/fixtures/accept/standin/metalslurm-accept-standin, printing the real
+tools' formats (read by the production parsers) with an H100/NDR node's figures and knobs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
+
+STANDIN = REPO / "tests/fixtures/accept/standin/metalslurm-accept-standin"
+NODES = ("gpu-001", "gpu-002", "gpu-003", "gpu-004")
+HISTORY = "/shared/metalslurm/accept/history.jsonl"
+SETTINGS = {"path": ["/shared/e2e-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
+            "gpudirect": False, "timeouts": {"dcgm": 60, "nccl": 60, "ib_write_bw": 20}}
+
+
+@pytest.fixture(scope="module")
+def gate(debian13):
+    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    shared = debian13.state / "shared" / "shared"
+    tools, knobs = shared / "e2e-accept" / "bin", shared / "metalslurm-accept-standin"
+    shutil.rmtree(shared / "e2e-accept", ignore_errors=True)
+    shutil.rmtree(knobs, ignore_errors=True)
+    tools.mkdir(parents=True)
+    knobs.mkdir()
+    shutil.copy(STANDIN, tools / STANDIN.name)
+    for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
+        (tools / name).symlink_to(STANDIN.name)
+    debian13.ctl("rm -rf /shared/metalslurm/accept")
+    # The inventory as the provider wrote it, with the gate's settings for the stand-ins.
+    inventory = yaml.safe_load(debian13.inventory.read_text())
+    inventory["all"]["vars"]["metalslurm_accept"] = SETTINGS
+    path = debian13.state / "inventory-accept.yml"
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    yield debian13, path, knobs
+    debian13.ctl(f"scontrol update nodename={','.join(NODES)} state=resume 2>/dev/null; "
+                 "for r in $(scontrol show reservation --oneliner | grep -o "
+                 "'ReservationName=metalslurm-accept-[^ ]*' | cut -d= -f2); do "
+                 "scontrol delete reservation=$r; done", check=False)
+    shutil.rmtree(shared / "e2e-accept", ignore_errors=True)
+    shutil.rmtree(knobs, ignore_errors=True)
+
+
+def reasons(cluster) -> dict[str, str]:
+    out = cluster.ctl("sinfo --noheader --Node --partition=train --format='%N|%T|%E'").stdout
+    return {n: f"{s}|{r}" for n, s, r in (line.split("|", 2) for line in out.splitlines())}
+
+
+def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp_path):
+    cluster, inventory, knobs = gate
+    (knobs / "gpu-002").write_text(json.dumps({"ib": {"mlx5_1": 0.5}}))
+    cluster.ctl(f"scontrol update nodename={','.join(NODES)} state=drain "
+                "reason='metalslurm-accept: new node'")
+    # A user's job that could run anywhere, submitted before the gate starts.
+    user_job = cluster.submit("alice", "--partition=train -N1 --time=2 --wrap 'hostname'")
+    html = tmp_path / "accept.html"
+    resumes = {n: len(cluster.power_events("power_on", n, ok=True))
+               for n in ("gpu-003", "gpu-004")}
+    run = metalslurm("accept", "-i", str(inventory), "--html", str(html), timeout=900)
+    assert run.returncode == 1, run.stderr  # a node failed
+    # Two rounds: gpu-001+002 failed, then each met a node proven good.
+    assert "two-node tests, round 1: gpu-001+gpu-002, gpu-003+gpu-004" in run.stdout
+    assert re.search(r"two-node tests, round 2: gpu-001\+gpu-00[34], gpu-002\+gpu-00[34]",
+                     run.stdout), run.stdout
+    assert "3 passed, 1 drained; 2 two-node rounds, 8 jobs" in run.stdout
+    state = reasons(cluster)
+    assert re.fullmatch(r"drained\|metalslurm-accept: ib_write_bw:mlx5_1 196 Gb/s < 380 "
+                        r"\(with gpu-00[34]\)", state["gpu-002"]), state
+    assert not any("drain" in state[n] for n in ("gpu-001", "gpu-003", "gpu-004")), state
+    # The elastic nodes were powered up for the gate (Slurm's resume, the power program).
+    for node, before in resumes.items():
+        assert len(cluster.power_events("power_on", node, ok=True)) > before, node
+    # The user's job waited for the gate and ran on a node that passed it.
+    assert cluster.wait_until_done(user_job) == "COMPLETED"
+    (row,) = cluster.sacct_rows(user_job, "NodeList,Start")
+    assert row[0] != "gpu-002"
+    assert not cluster.ctl("scontrol show reservation --oneliner | grep metalslurm-accept",
+                           check=False).stdout
+    # The history: one line per node and test, with the verdicts.
+    lines = [json.loads(line) for line in cluster.ctl(f"cat {HISTORY}").stdout.splitlines()]
+    assert {(r["node"], r["test"]) for r in lines} >= {
+        (n, t) for n in NODES for t in ("dcgm_diag", "nccl_1node", "nccl_pair")}
+    assert [(r["node"], f"drained|metalslurm-accept: {r['reason']}") for r in lines
+            if not r["passed"]] == [("gpu-002", state["gpu-002"])]
+    # The page, in a browser: gpu-002's dot below the floor, red.
+    page = html.read_text()
+    assert "3 of 4 nodes passed; failed: gpu-002" in page
+    shot = REPO / ".metalslurm" / "e2e-evidence" / "accept-report.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                    f"--screenshot={shot}", "--window-size=900,1400", f"file://{html}"],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.stat().st_size > 10_000
+    # Back to sleep after SuspendTime.
+    wait_for("the elastic nodes to power down again", cluster.all_powered_down,
+             timeout=POWER_DOWN_WITHIN + 60)
+
+
+def test_a_hand_drain_is_left_alone_and_the_repaired_node_passes_with_its_history(gate):
+    cluster, inventory, knobs = gate
+    (knobs / "gpu-002").unlink()  # repaired
+    cluster.ctl("scontrol update nodename=gpu-001 state=drain reason=maintenance")
+    try:
+        run = metalslurm("accept", "-i", str(inventory), "--nodes", "gpu-[001-002]",
+                         timeout=900)
+        assert run.returncode == 0, run.stderr
+        assert "gpu-001: drained by someone else (maintenance): left alone" in run.stdout
+        # gpu-002 alone: a node in service partners it, outside the test.
+        assert re.search(r"\(gpu-00[34]: a known-good partner, not under test\)", run.stdout)
+        state = reasons(cluster)
+        assert state["gpu-001"] == "drained|maintenance"
+        assert "drain" not in state["gpu-002"]
+        report = metalslurm("accept", "report", "-i", str(inventory))
+        assert report.returncode == 0, report.stderr
+        assert re.search(r"^gpu-002  nccl_1node .* pass$", report.stdout, re.M), report.stdout
+        runs = [json.loads(line) for line in cluster.ctl(f"cat {HISTORY}").stdout.splitlines()
+                if '"gpu-002"' in line and '"ib_write_bw:mlx5_1"' in line]
+        assert [(r["value"], r["passed"]) for r in runs] == [(196.0, False), (392.0, True)]
+    finally:
+        cluster.ctl("scontrol update nodename=gpu-001 state=resume")
+    wait_for("the elastic nodes to power down again", cluster.all_powered_down,
+             timeout=POWER_DOWN_WITHIN + 60)

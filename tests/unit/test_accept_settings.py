@@ -1,0 +1,100 @@
+"""The acceptance gate's settings (the inventory's metalslurm_accept) and the command line's
+refusals: each bad value named, before any node is touched."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from infra.accept.settings import settings_from_inventory
+from infra.cli import main
+from infra.inputs import InputError
+
+SHARED = ["/home", "/shared"]
+
+
+def settings(raw, level=None):
+    return settings_from_inventory({"metalslurm_accept": raw}, SHARED, level)
+
+
+def test_defaults_carry_the_published_floors():
+    s = settings({})
+    assert (s.level, s.history_path, s.fleet_fraction) == (
+        "quick", "/shared/metalslurm/accept/history.jsonl", 0.10)
+    assert (s.floor("nccl_1node", "h100"), s.floor("nccl_pair", "h100"),
+            s.floor("ib_write_bw:mlx5_0", "ndr"), s.floor("nccl_1node", "a100")) == (
+        460.0, 340.0, 380.0, None)
+
+
+def test_given_values_replace_the_defaults_and_add_hardware():
+    s = settings({"level": "full", "thresholds": {"gpu": {"h200": {"nccl_1node": 431}},
+                                                  "hca": {"ndr": {"ib_write_bw": 360}}},
+                  "timeouts": {"nccl": 30}, "hcas": ["mlx5_0"], "path": ["/opt/x"]})
+    assert (s.level, s.floor("nccl_1node", "h200"), s.floor("ib_write_bw:mlx5_0", "ndr")) == (
+        "full", 431.0, 360.0)
+    assert (s.floor("nccl_1node", "h100"), s.timeouts["nccl"], s.timeouts["dcgm"]) == (
+        460.0, 30, 1800)
+    assert (s.hcas, s.path) == (("mlx5_0",), ("/opt/x",))
+
+
+@pytest.mark.parametrize("raw, said", [
+    ({"level": "slow"}, "metalslurm_accept.level is 'slow'; give quick"),
+    ({"thresholds": {"gpu": {"h100": {"nccl_1node": 0}}}},
+     "metalslurm_accept.thresholds.gpu.h100.nccl_1node is 0; give a number above 0"),
+    ({"thresholds": {"gpu": {"h100": {"nccl_1node": "fast"}}}}, "is 'fast'; give a number"),
+    ({"thresholds": {"gpu": {"h100": {"nccl_1node": True}}}}, "is True; give a number"),
+    ({"thresholds": {"gpu": {"h100": {"ib_write_bw": 380}}}}, "the gpu tests are"),
+    ({"thresholds": {"cpu": {}}}, "thresholds.cpu is not a kind"),
+    ({"shared_dir": "/var/lib/accept"}, "shared_dir is /var/lib/accept, not on shared storage"),
+    ({"shared_dir": "/sharedx/accept"}, "not on shared storage"),
+    ({"fleet_fraction": 1.5}, "give a fraction below 1"),
+    ({"max_rounds": 1}, "needs 2 rounds"),
+    ({"timeouts": {"nccl": -5}}, "timeouts.nccl is -5"),
+    ({"timeouts": {"hpl": 5}}, "timeouts.hpl is not a tool"),
+    ({"hcas": "mlx5_0"}, "give a list of HCA names"),
+    ({"path": ["relative"]}, "absolute directories"),
+    ({"colour": "red"}, "colour is not a setting"),
+])
+def test_bad_settings_are_refused_naming_the_key(raw, said):
+    with pytest.raises(InputError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        settings(raw)
+
+
+def test_a_level_on_the_command_line_is_named_as_such():
+    with pytest.raises(InputError, match="--level: is 'slow'"):
+        settings({}, level="slow")
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    doc = {"all": {"vars": {"metalslurm_shared_paths": SHARED},
+                   "hosts": {"ctl": {"ansible_host": "127.0.0.1"},
+                             "gpu-001": {"metalslurm_gpu_type": "h100"}},
+                   "children": {"slurm_controller": {"hosts": {"ctl": None}},
+                                "slurm_compute": {"hosts": {"gpu-001": None}}}}}
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("args, said", [
+    ([], "error: --inventory: is required"),
+    (["--nodes", "gpu-009"], "error: --nodes gpu-009: names gpu-009, not compute nodes of the "
+                             "inventory (gpu-001)"),
+    (["--nodes", "gpu-[001"], "error: --nodes 'gpu-[001': is not a hostlist"),
+    (["--level", "slow"], "error: --level: is 'slow'"),
+])
+def test_the_command_refuses_bad_arguments_with_one_line_and_exit_2(inventory, capsys, args,
+                                                                    said):
+    argv = ["accept", *(["-i", str(inventory)] if args else []), *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err
+
+
+def test_an_inventory_without_compute_nodes_is_refused(tmp_path, capsys):
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"ctl": {}}, "children": {
+        "slurm_controller": {"hosts": {"ctl": None}}}}}))
+    assert main(["accept", "-i", str(path)]) == 2
+    assert "has no host in group slurm_compute" in capsys.readouterr().err
