@@ -305,6 +305,8 @@ class Gate:
         self.remote.write(pair_script, PAIR_SCRIPT, mode="0755")
 
         limit = self.time_limit("node")
+        # Slurm opens a job's output file before the job runs: its directory first.
+        self.slurm("mkdir -p " + " ".join(shlex.quote(f"{self.run_dir}/{n}") for n in tested))
         jobs = [self.submit(f"-N1 -w {n} -J metalslurm-accept-node --time={limit} "
                             f"-o {self.run_dir}/{n}/node.log", node_script,
                             [f"{self.run_dir}/{n}"], self.job_env([n]))
@@ -453,6 +455,8 @@ class Gate:
             pairs = pairing.next_round()
             if not pairs:
                 break
+            self.slurm("mkdir -p " + " ".join(shlex.quote(f"{self.run_dir}/pairs/{a}+{b}")
+                                              for a, b in pairs))
             ids = [self.submit(f"-N2 -w {a},{b} -J metalslurm-accept-pair "
                                f"--time={self.time_limit('pair')} "
                                f"-o {self.run_dir}/pairs/{a}+{b}/pair.log",
