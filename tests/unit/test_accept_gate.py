@@ -1,0 +1,255 @@
+"""The acceptance gate's run (infra/accept/gate.py) against a FAKE controller: Slurm's
+commands answered from a table of node states, each job "run" at once by writing what the
+STAND-IN tools print (tests/fixtures/accept/standin, run for real here) into the run's
+directory. What the fake leaves out (scheduling, powering nodes, srun) is the e2e test's
+(tests/e2e/test_accept.py); here: which nodes, which jobs, the verdicts, the reasons, the
+drains and the history."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from infra.accept.gate import Gate, GateError, GateNode, GateSettings
+from infra.accept.verdicts import Verdict
+from tests.paths import REPO
+
+STANDIN = REPO / "tests/fixtures/accept/standin/metalslurm-accept-standin"
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+NODES = {f"gpu-00{i}": GateNode(f"gpu-00{i}", f"10.0.0.{i}", "h100", 8) for i in range(1, 5)}
+
+
+class FakeController:
+    """Answers the gate's commands; runs each job's tools (the stand-ins) at submission."""
+
+    def __init__(self, tmp: Path, states: dict[str, tuple[str, str]]) -> None:
+        self.states = dict(states)
+        self.files: dict[str, str] = {}
+        self.commands: list[str] = []
+        self.reservations: list[str] = []
+        self.jobs: list[tuple[str, list[str]]] = []
+        self.knobs = tmp / "knobs"
+        self.knobs.mkdir(parents=True)
+        self.bin = tmp / "bin"
+        self.bin.mkdir()
+        for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
+            (self.bin / name).symlink_to(STANDIN)
+        self.missing: set[str] = set()
+        self.hang: set[tuple[str, str]] = set()  # (node, tool stem) killed at its limit
+
+    def knob(self, node: str, **values) -> None:
+        (self.knobs / node).write_text(json.dumps(values))
+
+    def tool(self, name: str, args: list[str], host: str, nodelist: str = "") -> tuple[int, str]:
+        env = {**os.environ, "METALSLURM_STANDIN_DIR": str(self.knobs),
+               "METALSLURM_STANDIN_HOST": host, "SLURM_JOB_NODELIST": nodelist,
+               "PATH": f"{self.bin}:{os.environ['PATH']}"}
+        fake_scontrol = self.bin / "scontrol"
+        if not fake_scontrol.exists():
+            fake_scontrol.write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')
+            fake_scontrol.chmod(0o755)
+        proc = subprocess.run([sys.executable, str(self.bin / name), *args], env=env,
+                              capture_output=True, text=True, check=False, timeout=30)
+        return proc.returncode, proc.stdout
+
+    def put(self, stem: str, rc: int, out: str = "") -> None:
+        self.files[f"{stem}.rc"] = f"{rc}\n"
+        self.files[f"{stem}.out"] = out
+
+    def sbatch(self, words: list[str]) -> str:
+        script, args = next((w, words[i + 1:]) for i, w in enumerate(words) if w.endswith(".sh"))
+        nodes = words[words.index("-w") + 1].split(",")
+        env = dict(kv.split("=", 1) for kv in words[
+            next(i for i, w in enumerate(words) if w.startswith("--export="))][9:].split(",")[1:])
+        out = args[0]
+        self.jobs.append((Path(script).name, nodes))
+        if script.endswith("node.sh"):
+            node = nodes[0]
+            for stem, tool, targs in (("dcgm", "dcgmi", ["diag", "-r", env["GATE_DCGM_LEVEL"],
+                                                         "-j"]),
+                                      ("nccl_1node", "all_reduce_perf", [])):
+                path = f"{out}/{stem}"
+                if tool in self.missing:
+                    self.files[f"{path}.rc"], self.files[f"{path}.err"] = "127\n", (
+                        f"{tool} is not installed on {node}")
+                elif (node, stem) in self.hang:
+                    self.put(path, 137)
+                else:
+                    self.put(path, *self.tool(tool, targs, node))
+        else:
+            a, b = args[1], args[2]
+            self.put(f"{out}/nccl_pair", *self.tool("all_reduce_perf", [], a, f"{a},{b}"))
+            for hca in env["GATE_HCAS"].split():
+                self.put(f"{out}/ib_write_bw:{hca}",
+                         *self.tool("ib_write_bw", ["-d", hca, "--report_gbits", b], a))
+        return str(len(self.jobs))
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        self.commands.append(command)
+        out = ""
+        words = shlex.split(command)
+        if command.startswith("sinfo") and "--nodes=" in command:
+            names = re.search(r"--nodes=(\S+)", command).group(1).split(",")
+            out = "".join(f"{n}|{self.states[n][0]}|{self.states[n][1]}\n" for n in names
+                          if n in self.states)
+        elif command.startswith("sinfo"):
+            out = "".join(f"{n}|{r}\n" for n, (_s, r) in self.states.items())
+        elif command.startswith("scontrol show reservation"):
+            out = "".join(f"ReservationName={r} Nodes=x\n" for r in self.reservations)
+        elif command.startswith("scontrol create reservation"):
+            self.reservations.append(re.search(r"reservationname=(\S+)", command).group(1))
+        elif command.startswith("scontrol delete reservation="):
+            self.reservations.remove(command.split("=", 1)[1])
+        elif command.startswith("scontrol update nodename="):
+            name = words[2].split("=", 1)[1]
+            state = words[3].split("=", 1)[1]
+            if state == "resume":
+                self.states[name] = ("idle", "none")
+            else:
+                self.states[name] = ("drained", words[4].split("=", 1)[1])
+        elif command.startswith("sbatch"):
+            out = self.sbatch(words) + "\n"
+        elif command.startswith("python3 -c"):
+            root = words[-1]
+            out = json.dumps({k[len(root) + 1:]: v for k, v in self.files.items()
+                              if k.startswith(root + "/")})
+        elif command.startswith("cat ") and "history" in command:
+            out = self.files.get("history", "")
+        elif "cat >>" in command:
+            self.files["history"] = self.files.get("history", "") + (stdin or "")
+        return subprocess.CompletedProcess(command, 0, out, "")
+
+    def write(self, path: str, text: str, mode: str = "0644") -> None:
+        self.files[path] = text
+
+    def history(self) -> list[dict]:
+        return [json.loads(line) for line in self.files.get("history", "").splitlines()]
+
+
+def gate(controller: FakeController, **settings) -> Gate:
+    base = {"hcas": ("mlx5_0", "mlx5_1"), "timeouts": {"dcgm": 30, "nccl": 30,
+                                                         "ib_write_bw": 10}}
+    log: list[str] = []
+    g = Gate(controller, GateSettings(**{**base, **settings}), NODES, log=log.append,
+             poll=0, clock=lambda: NOW)
+    g.said = log
+    return g
+
+
+PENDING = ("drained", "metalslurm-accept: new node")
+
+
+@pytest.fixture
+def controller(tmp_path):
+    return FakeController(tmp_path, {n: PENDING for n in NODES})
+
+
+def reasons(verdicts: list[Verdict], node: str) -> list[str]:
+    return [v.reason for v in verdicts if v.measurement.node == node and not v.passed]
+
+
+def test_a_degraded_port_is_named_in_two_rounds_and_only_its_node_is_drained(controller):
+    controller.knob("gpu-002", ib={"mlx5_1": 0.5})
+    g = gate(controller)
+    result = g.run(None)
+    assert (result.tested, result.rounds, result.jobs) == (list(NODES), 2, 8)
+    assert [nodes for script, nodes in controller.jobs if script == "pair.sh"] == [
+        ["gpu-001", "gpu-002"], ["gpu-003", "gpu-004"],
+        ["gpu-001", "gpu-003"], ["gpu-002", "gpu-004"]]
+    assert result.drained == {"gpu-002": "metalslurm-accept: ib_write_bw:mlx5_1 196 Gb/s "
+                                          "< 380 (with gpu-004)"}
+    assert controller.states["gpu-002"] == ("drained", result.drained["gpu-002"])
+    assert all(controller.states[n] == ("idle", "none")
+               for n in ("gpu-001", "gpu-003", "gpu-004"))
+    assert controller.reservations == []  # deleted, which returns the passing nodes
+    # The history: every node's single-node and two-node figures with their verdicts.
+    rows = {(r["node"], r["test"]): (r["value"], r["passed"]) for r in controller.history()}
+    assert rows[("gpu-002", "ib_write_bw:mlx5_1")] == (196.0, False)
+    assert rows[("gpu-001", "nccl_1node")] == (pytest.approx(479.9), True)
+    assert rows[("gpu-003", "dcgm_diag")] == (0.0, True)
+
+
+def test_a_node_drained_by_someone_else_is_left_alone_and_a_lone_node_gets_a_partner(controller):
+    controller.states.update({"gpu-001": ("drained", "maintenance"),
+                              "gpu-003": ("idle~", "none"), "gpu-004": ("idle", "none")})
+    g = gate(controller)
+    result = g.run(["gpu-001", "gpu-002"])
+    assert result.skipped == {"gpu-001": "drained by someone else (maintenance): left alone"}
+    assert result.tested == ["gpu-002"]
+    # gpu-004 is powered up: it partners gpu-002 (in the reservation, not judged).
+    assert any("nodes=gpu-002,gpu-004" in c for c in controller.commands)
+    assert [nodes for script, nodes in controller.jobs] == [["gpu-002"],
+                                                            ["gpu-002", "gpu-004"]]
+    assert (result.passed, result.drained) == (["gpu-002"], {})
+    assert controller.states["gpu-001"] == ("drained", "maintenance")
+    assert {r["node"] for r in controller.history()} == {"gpu-002"}
+
+
+def test_a_hang_fails_with_timed_out_and_a_missing_tool_says_so(controller):
+    controller.hang.add(("gpu-003", "nccl_1node"))
+    result = gate(controller).run(None)
+    assert result.drained == {"gpu-003": "metalslurm-accept: nccl_1node timed out"}
+    controller2 = FakeController(controller.knobs.parent / "second", {n: PENDING
+                                                                      for n in NODES})
+    controller2.missing.add("dcgmi")
+    result = gate(controller2).run(["gpu-001", "gpu-002"])
+    assert result.drained == {n: f"metalslurm-accept: dcgm_diag dcgmi is not installed on {n}"
+                              for n in ("gpu-001", "gpu-002")}
+
+
+def test_a_failing_gpu_is_named_with_dcgms_warning(controller):
+    controller.knob("gpu-004", dcgm_fail={"test": "memory", "gpu": 5,
+                                          "warning": "Pending row remap"})
+    result = gate(controller, level="full").run(None)
+    assert result.drained == {"gpu-004": "metalslurm-accept: dcgm_diag memory GPU 5: "
+                                         "Pending row remap"}
+    assert any("GATE_DCGM_LEVEL=3" in c for c in controller.commands)
+
+
+def test_nodes_that_only_fail_together_stay_drained_as_inconclusive(controller):
+    controller.knob("gpu-001", ib={"mlx5_0": 0.5})
+    controller.knob("gpu-002", ib={"mlx5_0": 0.5})
+    result = gate(controller).run(["gpu-001", "gpu-002"])
+    assert result.drained == {n: "metalslurm-accept: nccl_pair inconclusive: no partner "
+                                 "proven good" for n in ("gpu-001", "gpu-002")}
+
+
+def test_a_slow_node_fails_against_the_fleet_above_the_floor(controller):
+    g = gate(controller)
+    g.run(None)  # the history: four healthy nodes
+    controller.states.update({n: PENDING for n in NODES})
+    controller.knob("gpu-001", nccl=0.97)  # 465.6 GB/s: above the 460 floor
+    later = gate(controller, fleet_fraction=0.02)
+    later.run_id = "20261127T130000Z"
+    result = later.run(None)
+    assert result.drained["gpu-001"].startswith(
+        "metalslurm-accept: nccl_1node 466 GB/s < 98% of fleet median 480")
+
+
+def test_an_earlier_runs_reservation_is_removed_first(controller):
+    controller.reservations.append("metalslurm-accept-20261126T000000Z")
+    g = gate(controller)
+    g.run(["gpu-001", "gpu-002"])
+    assert "removing the reservation metalslurm-accept-20261126T000000Z an earlier run left" \
+        in g.said
+    assert controller.reservations == []
+
+
+def test_nothing_to_do_touches_nothing_and_no_partner_is_refused(controller):
+    controller.states = {n: ("idle", "none") for n in NODES}
+    result = gate(controller).run(None)
+    assert (result.tested, controller.jobs, controller.reservations) == ([], [], [])
+    controller.states = {"gpu-001": PENDING, **{n: ("down", "Not responding")
+                                                for n in ("gpu-002", "gpu-003", "gpu-004")}}
+    with pytest.raises(GateError, match="gpu-001 is the only node to test"):
+        gate(controller).run(None)
+    assert not any(c.startswith("scontrol create") for c in controller.commands)
