@@ -99,15 +99,13 @@ def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp
     # The page, in a browser: gpu-002's dot below the floor, red.
     page = html.read_text()
     assert "3 of 4 nodes passed; failed: gpu-002" in page
-    shot = REPO / ".metalslurm" / "e2e-evidence" / "accept-report.png"
+    shot = REPO / ".metalslurm" / "e2e-artifacts" / "accept-report.png"  # kept after the run
     shot.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
                     f"--screenshot={shot}", "--window-size=900,1400", f"file://{html}"],
                    capture_output=True, timeout=120, check=True)
     assert shot.stat().st_size > 10_000
-    # Back to sleep after SuspendTime.
-    wait_for("the elastic nodes to power down again", cluster.all_powered_down,
-             timeout=POWER_DOWN_WITHIN + 60)
+    # (They go back to sleep after SuspendTime: the next test ends by waiting for it.)
 
 
 def test_a_hand_drain_is_left_alone_and_the_repaired_node_passes_with_its_history(gate):
@@ -132,5 +130,6 @@ def test_a_hand_drain_is_left_alone_and_the_repaired_node_passes_with_its_histor
         assert [(r["value"], r["passed"]) for r in runs] == [(196.0, False), (392.0, True)]
     finally:
         cluster.ctl("scontrol update nodename=gpu-001 state=resume")
+    # The elastic nodes the gate's jobs powered up go back to sleep after SuspendTime.
     wait_for("the elastic nodes to power down again", cluster.all_powered_down,
              timeout=POWER_DOWN_WITHIN + 60)
