@@ -447,7 +447,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
         sys.stdout.write(format_table(result.verdicts))
         html_path = _accept_report_path(args, result.run)
         html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(render_html(result.verdicts, history,
+        earlier = [m for m in history if m.run != result.run]  # the fleet before this run
+        html_path.write_text(render_html(result.verdicts, earlier,
                                          f"metalslurm acceptance gate, run {result.run}"))
     finally:
         remote.close()

@@ -44,6 +44,7 @@ from infra.accept.parsers import (
 )
 from infra.accept.remote import Remote
 from infra.accept.verdicts import (
+    PASS_FAIL_UNIT,
     REASON_PREFIX,
     Measurement,
     Verdict,
@@ -389,7 +390,8 @@ class Gate:
                     problem = f"dcgm_diag {run.failures[0]}" if run.failures else ""
                 except ToolOutputError as exc:
                     error = str(exc)
-            out.append((self.measurement(n, "dcgm_diag", gpu, failed, "failed tests", error),
+            out.append((self.measurement(n, "dcgm_diag", gpu, failed, PASS_FAIL_UNIT,
+                                         error),
                         problem))
             error = self.tool_error(files, f"{n}/nccl_1node", "all_reduce_perf")
             figure = None

@@ -10,7 +10,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from infra.accept.verdicts import Measurement, Verdict
+from infra.accept.verdicts import PASS_FAIL_UNIT, Measurement, Verdict
 
 PASS_COLOUR, FAIL_COLOUR, FLOOR_COLOUR, FLEET_COLOUR = "#1a7f37", "#cf222e", "#9a6700", "#d0d7de"
 
@@ -119,8 +119,10 @@ def render_html(verdicts: Sequence[Verdict], history: Sequence[Measurement],
         f"<td>{_num(v.fleet_median)}</td><td>{_num(v.own_median)}</td>"
         f'<td>{"pass" if v.passed else html.escape(v.reason)}</td></tr>'
         for v in sorted(verdicts, key=lambda v: (v.measurement.node, v.measurement.test)))
+    # Pass/fail tests (DCGM's diagnostic: a count of failed results) are in the table only.
     plots = "".join(f"<h2>{html.escape(test)}</h2>{_plot(test, vs, history)}"
-                    for test, vs in sorted(by_test.items()))
+                    for test, vs in sorted(by_test.items())
+                    if any(v.measurement.unit != PASS_FAIL_UNIT for v in vs))
     runs = sorted({v.measurement.run for v in verdicts})
     summary = (f"{len(nodes) - len(failed)} of {len(nodes)} nodes passed"
                + (f"; failed: {html.escape(', '.join(failed))}" if failed else ""))

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 REASON_PREFIX = "metalslurm-accept:"
+PASS_FAIL_UNIT = "failed tests"  # the unit of a pass/fail test's figure (DCGM's diagnostic)
 DEFAULT_FRACTION = 0.10
 DEFAULT_MIN_SAMPLES = 3
 DEFAULT_WINDOW_DAYS = 90

@@ -41,6 +41,8 @@ def gate(debian13):
     for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
         (tools / name).symlink_to(STANDIN.name)
     debian13.ctl("rm -rf /shared/metalslurm/accept")
+    # The gate powers them up for its jobs (asserted): they start powered down.
+    debian13.wait_for_elastic_nodes_down(timeout=POWER_DOWN_WITHIN + 60)
     # The inventory as the provider wrote it, with the gate's settings for the stand-ins.
     inventory = yaml.safe_load(debian13.inventory.read_text())
     inventory["all"]["vars"]["metalslurm_accept"] = SETTINGS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from infra.accept.report import FAIL_COLOUR, PASS_COLOUR, format_table, render_html
-from infra.accept.verdicts import Measurement, judge
+from infra.accept.verdicts import Measurement, judge, judge_check
 
 WHEN = "2026-11-27T10:00:00+00:00"
 HISTORY = [Measurement("r1", "2026-11-26T10:00:00+00:00", f"gpu-{i:03d}", "nccl_1node", "h100",
@@ -56,3 +56,10 @@ def test_the_page_is_self_contained_and_escapes_what_it_shows():
     assert "<script" not in page and "http" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
     assert "gpu-&lt;b&gt;" in page and "gpu-<b>" not in page and "r&lt;1&gt;" in page
+
+
+def test_a_pass_fail_test_is_in_the_table_but_not_plotted():
+    dcgm = Measurement("r2", WHEN, "gpu-001", "dcgm_diag", "h100", 0.0, "failed tests")
+    page = render_html([judge_check(dcgm, ""), *current()], HISTORY)
+    assert "<td>dcgm_diag</td>" in page
+    assert re.findall(r"<h2>([^<]+)</h2><svg", page) == ["ib_write_bw:mlx5_0", "nccl_1node"]
