@@ -375,6 +375,17 @@ class Gate:
             return files.get(f"{stem}.err", "").strip() or f"{tool} is not installed"
         return ""
 
+    def nccl_figure(self, files: Mapping[str, str], stem: str) -> tuple[float | None, str]:
+        """all_reduce_perf's bus bandwidth in ``stem``.out, or why there is none."""
+        error = self.tool_error(files, stem, "all_reduce_perf")
+        if error:
+            return None, error
+        try:
+            nccl = parse_all_reduce_perf(files.get(f"{stem}.out", ""))
+        except ToolOutputError as exc:
+            return None, str(exc)
+        return (None, nccl.problem) if nccl.problem else (nccl.busbw, "")
+
     def single_node_measurements(self, tested: Sequence[str], files: Mapping[str, str]
                                  ) -> list[tuple[Measurement, str]]:
         out: list[tuple[Measurement, str]] = []
@@ -393,14 +404,7 @@ class Gate:
             out.append((self.measurement(n, "dcgm_diag", gpu, failed, PASS_FAIL_UNIT,
                                          error),
                         problem))
-            error = self.tool_error(files, f"{n}/nccl_1node", "all_reduce_perf")
-            figure = None
-            if not error:
-                try:
-                    nccl = parse_all_reduce_perf(files.get(f"{n}/nccl_1node.out", ""))
-                    figure, error = (None, nccl.problem) if nccl.problem else (nccl.busbw, "")
-                except ToolOutputError as exc:
-                    error = str(exc)
+            figure, error = self.nccl_figure(files, f"{n}/nccl_1node")
             out.append((self.measurement(n, "nccl_1node", gpu, figure, "GB/s", error), ""))
         return out
 
@@ -414,14 +418,7 @@ class Gate:
         stem = f"pairs/{pair[0]}+{pair[1]}"
         gpu = self.nodes[pair[0]].gpu_type
         out = []
-        error = self.tool_error(files, f"{stem}/nccl_pair", "all_reduce_perf")
-        figure = None
-        if not error:
-            try:
-                nccl = parse_all_reduce_perf(files.get(f"{stem}/nccl_pair.out", ""))
-                figure, error = (None, nccl.problem) if nccl.problem else (nccl.busbw, "")
-            except ToolOutputError as exc:
-                error = str(exc)
+        figure, error = self.nccl_figure(files, f"{stem}/nccl_pair")
         out.append(self.measurement(pair[0], "nccl_pair", gpu, figure, "GB/s", error))
         hcas = sorted(k[len(stem) + 1:-len(".rc")] for k in files
                       if k.startswith(f"{stem}/ib_write_bw:") and k.endswith(".rc"))
