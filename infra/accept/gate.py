@@ -200,6 +200,7 @@ class Gate:
         self.when = self.clock().isoformat(timespec="seconds")
         self.reservation = f"{RESERVATION_PREFIX}-{self.run_id}"
         self.run_dir = f"{settings.shared_dir}/runs/{self.run_id}"
+        self.reserved: list[str] = []  # the reservation's nodes: under test, and partners
 
     # ---- Slurm, on the controller ------------------------------------------------------
 
@@ -291,9 +292,10 @@ class Gate:
                             "is in service to partner its two-node tests; return one to "
                             "service or test it with another node")
         self.remove_old_reservations()
+        self.reserved = tested + reference
         self.slurm(f"scontrol create reservation reservationname={self.reservation} "
                    f"starttime=now duration=infinite users=root flags=maint,ignore_jobs "
-                   f"nodes={','.join(tested + reference)}")
+                   f"nodes={','.join(self.reserved)}")
         self.log(f"reservation {self.reservation} on {', '.join(tested + reference)}"
                  + (f" ({reference[0]}: a known-good partner, not under test)"
                     if reference else ""))
@@ -475,7 +477,23 @@ class Gate:
                 self.pair_results[pair] = verdicts
                 results[pair] = bool(verdicts) and all(v.passed for v in verdicts)
             pairing.record(results)
+            if pairing.pending and not pairing.good:
+                self.add_reference(pairing)
         return pairing, jobs
+
+    def add_reference(self, pairing: Pairing) -> None:
+        """Every pair failed, so no node under test is proven good: a node in service joins
+        the reservation to partner the suspects (else they end inconclusive)."""
+        partner = self.reference_partner(self.reserved)
+        if not partner:
+            self.log("no node in service to partner the suspects: they stay inconclusive")
+            return
+        self.reserved.append(partner[0])
+        self.slurm(f"scontrol update reservationname={self.reservation} "
+                   f"nodes={','.join(self.reserved)}")
+        pairing.add_reference(partner[0])
+        self.log(f"every pair failed: {partner[0]}, a node in service, joins as a known-good "
+                 "partner (not under test)")
 
     def pair_verdicts(self, pairing: Pairing, tested: Sequence[str]
                       ) -> dict[str, list[Verdict]]:

@@ -68,6 +68,18 @@ class Pairing:
         return [n for n in self.nodes if n not in self._good and n not in self._bad]
 
     @property
+    def good(self) -> set[str]:
+        """The nodes proven good so far, references included."""
+        return set(self._good)
+
+    def add_reference(self, node: str) -> None:
+        """A known-good node from outside the gate, to partner suspects from the next round
+        (where no node under test has been proven good)."""
+        if node in self._met:
+            raise PairingError(f"{node} is under test, it cannot be a reference")
+        self._good.add(node)
+
+    @property
     def done(self) -> bool:
         return not self.pending or len(self.rounds) >= self.max_rounds or not self.next_round()
 

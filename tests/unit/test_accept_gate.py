@@ -216,11 +216,32 @@ def test_a_failing_gpu_is_named_with_dcgms_warning(controller):
 
 
 def test_nodes_that_only_fail_together_stay_drained_as_inconclusive(controller):
+    # gpu-003 and gpu-004 are drained too (waiting for the gate): no node is in service.
     controller.knob("gpu-001", ib={"mlx5_0": 0.5})
     controller.knob("gpu-002", ib={"mlx5_0": 0.5})
-    result = gate(controller).run(["gpu-001", "gpu-002"])
+    g = gate(controller)
+    result = g.run(["gpu-001", "gpu-002"])
     assert result.drained == {n: "metalslurm-accept: nccl_pair inconclusive: no partner "
                                  "proven good" for n in ("gpu-001", "gpu-002")}
+    assert "no node in service to partner the suspects: they stay inconclusive" in g.said
+
+
+@pytest.mark.parametrize("bad, rounds", [(("gpu-002",), 3), (("gpu-001", "gpu-002"), 3)])
+def test_when_every_pair_fails_a_node_in_service_partners_the_suspects(controller, bad, rounds):
+    controller.states.update({"gpu-003": ("idle~", "none"), "gpu-004": ("idle", "none")})
+    for node in bad:
+        controller.knob(node, ib={"mlx5_0": 0.5})
+    g = gate(controller)
+    result = g.run(["gpu-001", "gpu-002"])
+    assert ("every pair failed: gpu-004, a node in service, joins as a known-good partner "
+            "(not under test)") in g.said
+    assert any(c == f"scontrol update reservationname={g.reservation} "
+                    "nodes=gpu-001,gpu-002,gpu-004" for c in controller.commands)
+    assert result.rounds == rounds
+    assert sorted(result.drained) == sorted(bad)
+    assert result.passed == [n for n in ("gpu-001", "gpu-002") if n not in bad]
+    assert all(r.endswith("(with gpu-004)") or r.endswith("(with gpu-001)")
+               for r in result.drained.values())
 
 
 def test_a_slow_node_fails_against_the_fleet_above_the_floor(controller):

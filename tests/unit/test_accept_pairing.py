@@ -91,3 +91,14 @@ def test_results_for_pairs_not_planned_are_refused():
 def test_fewer_than_two_nodes_are_refused_naming_the_fix(given, reference):
     with pytest.raises(PairingError, match="needs two nodes.*name a reference node"):
         Pairing(given, reference)
+
+
+def test_a_reference_added_after_every_pair_failed_partners_the_suspects():
+    passes, _ = sim({"gpu-002"})
+    plan = Pairing(nodes(2))
+    plan.record({("gpu-001", "gpu-002"): False})
+    assert (plan.good, plan.next_round()) == (set(), [])
+    plan.add_reference("gpu-100")
+    assert plan.next_round() == [("gpu-001", "gpu-100")]
+    with pytest.raises(PairingError, match="under test"):
+        plan.add_reference("gpu-001")
