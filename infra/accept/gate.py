@@ -327,12 +327,10 @@ class Gate:
                        else self.judge(m, history + [s for s, _ in singles]))
             verdicts[m.node].append(verdict)
 
-        rounds = 0
-        if len(tested) + len(reference) >= 2:
-            pairing, pair_jobs = self.pairwise(tested, reference, history, files)
-            rounds, job_count = len(pairing.rounds), job_count + pair_jobs
-            for name, pair_verdicts in self.pair_verdicts(pairing, tested).items():
-                verdicts[name].extend(pair_verdicts)
+        pairing, pair_jobs = self.pairwise(tested, reference, history, files)
+        rounds, job_count = len(pairing.rounds), job_count + pair_jobs
+        for name, pair_verdicts in self.pair_verdicts(pairing, tested).items():
+            verdicts[name].extend(pair_verdicts)
 
         self.append_history([v for vs in verdicts.values() for v in vs])
         drained: dict[str, str] = {}
