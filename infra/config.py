@@ -35,6 +35,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf impor
     slurm_value,
 )
 
+from infra.accept.settings import parse_accept
 from infra.accounting_config import AccountingSettings, parse_accounting
 from infra.containers_config import ContainerSettings, parse_containers
 from infra.gpu_config import GpuSettings, parse_gpu
@@ -169,6 +170,9 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "receivers (webhook, slack, email), secretsFile.", {}),
     StackKey("rest", "Slurm's REST API (slurmrestd, JWT tokens) - enabled, port, "
              "listenAddress, maxTokenLifespan.", {}),
+    StackKey("accept", "The acceptance gate (metalslurm accept) - gate, level, sharedDir, "
+             "historyDays, fleetFraction, minSamples, maxRounds, hcaType, hcas, gpudirect, "
+             "path, timeouts, thresholds.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
              "branch, version, fabricManager, fabricManagerVersion, dcgm, dcgmVersion, "
              "dcgmExporterVersion, gpudirect, "
@@ -304,6 +308,8 @@ class ClusterConfig:
     configure: bool = False
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
+    # metalslurm:accept, checked, as the inventory's metalslurm_accept (infra/accept/settings.py)
+    accept: Mapping[str, Any] = field(default_factory=lambda: {"gate": False})
 
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]
@@ -646,6 +652,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
                                   [n for p in pools for n in p.elastic_names()], base_dir,
                                   secrets["alertSecrets"])
     rest = parse_rest(c, raw, os_name, cidr)
+    accept = parse_accept(c, raw, list(storage.paths) if storage.backend != "none" else [])
 
     if c.problems:
         raise ConfigError(c.problems, source, value)
@@ -658,7 +665,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         groups=tuple(groups), access=access,
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
         monitoring=monitoring, rest=rest, login=login, configure=configure, byo=byo,
-        oci=oci)
+        oci=oci, accept=accept)
 
 
 def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str | None,

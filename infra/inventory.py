@@ -125,6 +125,7 @@ def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:
         "metalslurm_gpu": cfg.gpu.inventory_vars(),
         "metalslurm_monitoring": cfg.monitoring.inventory_vars(),
         "metalslurm_rest": cfg.rest.inventory_vars(),
+        "metalslurm_accept": dict(cfg.accept),
         "metalslurm_elastic": {
             "suspend_time": el.suspend_time, "suspend_timeout": el.suspend_timeout,
             "resume_timeout": el.resume_timeout, "resume_rate": el.resume_rate,

@@ -37,9 +37,11 @@ from typing import Any
 
 from infra.accept.pairing import BAD, GOOD, Pair, Pairing
 from infra.accept.parsers import (
+    HEALTH_CHECKS,
     ToolOutputError,
     parse_all_reduce_perf,
     parse_dcgmi_diag,
+    parse_health_json,
     parse_ib_write_bw,
 )
 from infra.accept.remote import Remote
@@ -57,6 +59,7 @@ from infra.accept.verdicts import (
 RESERVATION_PREFIX = "metalslurm-accept"
 LEVELS = {"quick": 2, "full": 3}
 TIMED_OUT = {124, 137}  # timeout(1)'s status, and a KILL at its limit
+HEALTH_TIMEOUT = 120  # the node script's limit on each metalslurm-health run
 
 # Defaults, each with where it comes from. A floor is per GPU type (the NCCL tests) or per
 # HCA type (ib_write_bw); a type without a floor is judged against the fleet only.
@@ -86,6 +89,10 @@ class GateError(RuntimeError):
 
 @dataclass(frozen=True)
 class GateSettings:
+    # The roles' part (slurm_compute, nvidia_gpu): a node that registers for the first
+    # time, or that was rebooted onto a new NVIDIA driver, is drained with the gate's prefix
+    # and waits for a run of 'metalslurm accept'.
+    gate: bool = False
     level: str = "quick"
     shared_dir: str = "/shared/metalslurm/accept"  # runs/ and history.jsonl under it
     history_days: int = 90
@@ -141,7 +148,7 @@ set -u
 out=$1
 mkdir -p "$out" && cd "$out" || exit 1
 if [ -r /etc/nccl.env ]; then set -a; . /etc/nccl.env; set +a; fi
-PATH=${GATE_PATH:+$GATE_PATH:}$PATH
+PATH=${GATE_PATH:+$GATE_PATH:}$PATH:/usr/local/sbin
 run() {  # run NAME LIMIT COMMAND...: output, errors and exit status beside each other
     local name=$1 limit=$2; shift 2
     if ! command -v "$1" >/dev/null; then
@@ -150,9 +157,15 @@ run() {  # run NAME LIMIT COMMAND...: output, errors and exit status beside each
     fi
     timeout -s KILL "$limit" "$@" > "$name.out" 2> "$name.err"; echo $? > "$name.rc"
 }
+health() {  # the GPUs' state as the health checker reads it: ECC, row remapping, Xids
+    run "health_$1" @HEALTH_TIMEOUT@ metalslurm-health --json --only @HEALTH_CHECKS@
+}
+health before
 run dcgm "$GATE_DCGM_TIMEOUT" dcgmi diag -r "$GATE_DCGM_LEVEL" -j
 run nccl_1node "$GATE_NCCL_TIMEOUT" all_reduce_perf -b 1G -e 16G -f 2 -g "$GATE_GPUS"
-"""
+health after
+""".replace("@HEALTH_CHECKS@", ",".join(HEALTH_CHECKS)).replace(
+    "@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT))
 
 PAIR_SCRIPT = r"""#!/bin/bash
 # metalslurm acceptance gate: two nodes' fabric tests (written by 'metalslurm accept').
@@ -200,6 +213,7 @@ class Gate:
         self.when = self.clock().isoformat(timespec="seconds")
         self.reservation = f"{RESERVATION_PREFIX}-{self.run_id}"
         self.run_dir = f"{settings.shared_dir}/runs/{self.run_id}"
+        self.no_health: list[str] = []  # nodes without the health checker
         self.reserved: list[str] = []  # the reservation's nodes: under test, and partners
 
     # ---- Slurm, on the controller ------------------------------------------------------
@@ -265,7 +279,7 @@ class Gate:
         """A job's --time in minutes: its tools' limits and a margin for Slurm to start it
         (a powered-down node's resume)."""
         t = self.settings.timeouts
-        seconds = (t["dcgm"] + t["nccl"] if kind == "node"
+        seconds = (t["dcgm"] + t["nccl"] + 2 * HEALTH_TIMEOUT if kind == "node"
                    else t["nccl"] + (len(self.settings.hcas) or 8) * (t["ib_write_bw"] + 2))
         return seconds // 60 + 15
 
@@ -322,8 +336,12 @@ class Gate:
         verdicts: dict[str, list[Verdict]] = {n: [] for n in tested}
         history, unreadable = self.history()
         singles = self.single_node_measurements(tested, self.collect(files))
+        if self.no_health:
+            self.log(f"GPU state before and after the load not checked on "
+                     f"{', '.join(self.no_health)}: no metalslurm-health there "
+                     "(metalslurm:health is off)")
         for m, problem in singles:
-            verdict = (judge_check(m, problem) if m.test == "dcgm_diag"
+            verdict = (judge_check(m, problem) if m.unit == PASS_FAIL_UNIT
                        else self.judge(m, history + [s for s, _ in singles]))
             verdicts[m.node].append(verdict)
 
@@ -406,7 +424,39 @@ class Gate:
                         problem))
             figure, error = self.nccl_figure(files, f"{n}/nccl_1node")
             out.append((self.measurement(n, "nccl_1node", gpu, figure, "GB/s", error), ""))
+            health = self.health_measurement(n, files)
+            if health is not None:
+                out.append(health)
         return out
+
+    def health_measurement(self, n: str, files: Mapping[str, str]
+                           ) -> tuple[Measurement, str] | None:
+        """gpu_health: the health checker's GPU checks (device files, count, uncorrected
+        ECC errors, row remapping, critical Xids) before the load and after it; its value
+        is the count of failed checks after the load. None where the node has no health
+        checker (metalslurm:health off): said once in the run's log."""
+        gpu = self.nodes[n].gpu_type
+        runs = {}
+        for when in ("before", "after"):
+            stem = f"{n}/health_{when}"
+            if files.get(f"{stem}.rc", "").strip() == "127":
+                self.no_health.append(n)
+                return None
+            error = self.tool_error(files, stem, "metalslurm-health")
+            try:
+                runs[when] = None if error else parse_health_json(files.get(f"{stem}.out", ""))
+            except ToolOutputError as exc:
+                error = str(exc)
+            if error:
+                return self.measurement(n, "gpu_health", gpu, None, PASS_FAIL_UNIT,
+                                        f"{when} load: {error}"), ""
+        before, after = runs["before"], runs["after"]
+        assert before is not None and after is not None
+        problem = (f"gpu_health before load: {before.failures[0]}" if before.failures
+                   else f"gpu_health after load: {after.failures[0]}" if after.failures
+                   else "")
+        return self.measurement(n, "gpu_health", gpu, float(len(after.failures)),
+                                PASS_FAIL_UNIT), problem
 
     def judge(self, m: Measurement, history: Sequence[Measurement]) -> Verdict:
         s = self.settings

@@ -9,6 +9,7 @@ import yaml
 from infra.accept.settings import settings_from_inventory
 from infra.cli import main
 from infra.inputs import InputError
+from tests.paths import REPO
 
 SHARED = ["/home", "/shared"]
 
@@ -98,3 +99,85 @@ def test_an_inventory_without_compute_nodes_is_refused(tmp_path, capsys):
         "slurm_controller": {"hosts": {"ctl": None}}}}}))
     assert main(["accept", "-i", str(path)]) == 2
     assert "has no host in group slurm_compute" in capsys.readouterr().err
+
+
+# ---- the stack's metalslurm:accept: the same checks, the stack's spelling ---------------------
+
+def stack(accept, storage=None):
+    from infra.config import parse_config
+
+    raw = yaml.safe_load((REPO / "Pulumi.example-local.yaml").read_text())["config"]
+    raw["metalslurm:accept"] = accept
+    if storage is not None:
+        raw["metalslurm:storage"] = storage
+    return parse_config(raw)
+
+
+def test_the_stack_key_becomes_the_inventorys_and_the_gate_reads_it():
+    from infra.inventory import cluster_vars
+
+    cfg = stack({"gate": True, "level": "full", "sharedDir": "/shared/burn-in",
+                 "fleetFraction": 0.05, "hcaType": "ndr", "timeouts": {"ibWriteBw": 30},
+                 "thresholds": {"gpu": {"h200": {"nccl_1node": 431}}}})
+    inventory = cluster_vars(cfg, [])["metalslurm_accept"]
+    assert inventory == {"gate": True, "level": "full", "shared_dir": "/shared/burn-in",
+                         "fleet_fraction": 0.05, "hca_type": "ndr",
+                         "timeouts": {"ib_write_bw": 30},
+                         "thresholds": {"gpu": {"h200": {"nccl_1node": 431}}}}
+    s = settings_from_inventory({"metalslurm_accept": inventory}, SHARED)
+    assert (s.gate, s.level, s.history_path, s.fleet_fraction, s.timeouts["ib_write_bw"],
+            s.floor("nccl_1node", "h200")) == (
+        True, "full", "/shared/burn-in/history.jsonl", 0.05, 30, 431.0)
+
+
+def test_another_nccl_tests_source_reaches_the_role_as_given():
+    from infra.inventory import cluster_vars
+
+    source = {"url": "https://mirror.example.org/nccl-tests-2.16.9.tar.gz", "sha256": "c" * 64}
+    assert cluster_vars(stack({"ncclTests": source}), [])["metalslurm_accept"] == {
+        "gate": False, "nccl_tests": source}
+
+
+def test_without_the_key_the_gate_is_off():
+    from infra.inventory import cluster_vars
+
+    assert cluster_vars(stack(None), [])["metalslurm_accept"] == {"gate": False}
+
+
+@pytest.mark.parametrize("accept, said", [
+    ({"gate": "yes"}, "metalslurm:accept.gate: is 'yes'; give true"),
+    ({"sharedDir": "/var/lib/x"}, "metalslurm:accept.sharedDir: is /var/lib/x, not on shared"),
+    ({"shared_dir": "/shared/x"}, "metalslurm:accept.shared_dir: is spelled sharedDir"),
+    ({"timeouts": {"ib_write_bw": 5}}, "metalslurm:accept.timeouts.ib_write_bw: is spelled "
+                                       "timeouts.ibWriteBw"),
+    ({"timeouts": {"hpl": 5}}, "timeouts.hpl: is not a tool; the tools are dcgm, nccl, "
+                               "ibWriteBw"),
+    ({"maxRounds": 1}, "metalslurm:accept.maxRounds: is 1; the pairing needs 2 rounds"),
+    ({"thresholds": {"hca": {"ndr": {"ib_write_bw": -1}}}},
+     "metalslurm:accept.thresholds.hca.ndr.ib_write_bw: is -1; give a number above 0"),
+    ({"colour": 1}, "metalslurm:accept.colour: is not a setting; the settings are gate, level, "
+                    "sharedDir"),
+    (["gate"], "metalslurm:accept: is list; give a mapping of gate"),
+    ({"ncclTests": {"url": "https://example.org/v2.16.0.tar.gz"}},
+     "metalslurm:accept.ncclTests: is {'url': 'https://example.org/v2.16.0.tar.gz'}; give "
+     "{url, sha256}"),
+    ({"ncclTests": {"url": "ftp://x/y.tar.gz", "sha256": "a" * 64}},
+     "metalslurm:accept.ncclTests.url: is 'ftp://x/y.tar.gz'; give an http(s) URL or an "
+     "absolute path"),
+    ({"ncclTests": {"url": "/srv/mirror/n.tar.gz", "sha256": "A" * 64}},
+     "metalslurm:accept.ncclTests.sha256: is '" + "A" * 64 + "'; give the archive's sha256"),
+])
+def test_bad_stack_settings_are_refused_naming_the_stack_key(accept, said):
+    from infra.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        stack(accept)
+    assert said in str(caught.value)
+
+
+def test_without_shared_storage_the_history_has_nowhere_to_go():
+    from infra.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"metalslurm:accept.sharedDir: is "
+                       r"/shared/metalslurm/accept, not on shared storage \(none\)"):
+        stack({"gate": True}, storage={"backend": "none"})
