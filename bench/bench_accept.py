@@ -32,9 +32,9 @@ import yaml
 
 from infra.config import load_stack_file
 from infra.providers.local import container_name
+from tests import accept_standins
 
 REPO = Path(__file__).resolve().parents[1]
-STANDIN = REPO / "tests/fixtures/accept/standin/metalslurm-accept-standin"
 TARGET_SECONDS_PER_NODE = 30.0
 SETTINGS = {"path": ["/shared/bench-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
             "gpudirect": False, "shared_dir": "/shared/bench-accept/gate",
@@ -80,13 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl = container_name(cfg.cluster_name, cfg.controller_name)
     shared = state / "shared" / "shared"
     tools, knobs = shared / "bench-accept" / "bin", shared / "metalslurm-accept-standin"
-    shutil.rmtree(shared / "bench-accept", ignore_errors=True)
-    shutil.rmtree(knobs, ignore_errors=True)
-    tools.mkdir(parents=True)
-    knobs.mkdir()
-    shutil.copy(STANDIN, tools / STANDIN.name)
-    for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
-        (tools / name).symlink_to(STANDIN.name)
+    accept_standins.install(tools, knobs)
     nodes = args.nodes.split(",")
     if args.degrade:
         (knobs / nodes[-1]).write_text(json.dumps({"ib": {"mlx5_1": 0.5}}))

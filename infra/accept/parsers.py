@@ -216,3 +216,32 @@ def parse_dcgmi_diag(text: str) -> DcgmRun:
     if not results:
         raise ToolOutputError("dcgmi diag -j reported no test results")
     return DcgmRun(version=version, results=tuple(results))
+
+
+# ---- metalslurm-health --json (roles/slurm_health): the GPU state before and after the load ---
+
+# The health checker's checks of the GPUs' state: device files, count and type, uncorrected
+# ECC errors, row remapping (failed, pending, unrepairable memory), critical Xids.
+HEALTH_CHECKS = ("gpu_devices", "gpus", "gpu_xid")
+
+
+@dataclass(frozen=True)
+class HealthRun:
+    failures: tuple[str, ...]  # "gpu_rows: 00000000:5D:00.0 has a remap ... pending", ...
+    checked: int  # results that ran (not skipped)
+
+
+def parse_health_json(text: str) -> HealthRun:
+    """``metalslurm-health --json``: its results, the failed ones as "check: detail"."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ToolOutputError(f"metalslurm-health --json printed no JSON document ({exc})"
+                              ) from None
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, list) or not all(isinstance(r, dict) and "check" in r
+                                                 for r in results):
+        raise ToolOutputError("metalslurm-health --json printed no list of results")
+    failures = tuple(f"{r['check']}: {r.get('detail', '')}" for r in results
+                     if not r.get("ok", False))
+    return HealthRun(failures, sum(1 for r in results if not r.get("skipped")))

@@ -20,9 +20,10 @@ import pytest
 
 from infra.accept.gate import Gate, GateError, GateNode, GateSettings
 from infra.accept.verdicts import Verdict
+from tests import accept_standins
 from tests.paths import REPO
 
-STANDIN = REPO / "tests/fixtures/accept/standin/metalslurm-accept-standin"
+HEALTH = str(REPO / "ansible/roles/slurm_health/files/metalslurm-health")
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 NODES = {f"gpu-00{i}": GateNode(f"gpu-00{i}", f"10.0.0.{i}", "h100", 8) for i in range(1, 5)}
 
@@ -36,12 +37,12 @@ class FakeController:
         self.commands: list[str] = []
         self.reservations: list[str] = []
         self.jobs: list[tuple[str, list[str]]] = []
-        self.knobs = tmp / "knobs"
-        self.knobs.mkdir(parents=True)
-        self.bin = tmp / "bin"
-        self.bin.mkdir()
-        for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
-            (self.bin / name).symlink_to(STANDIN)
+        self.knobs, self.bin = tmp / "knobs", tmp / "bin"
+        accept_standins.install(self.bin, self.knobs)
+        # The real health checker, reading the stand-in nvidia-smi (8 H100s; no device files
+        # or kernel log here: its GPU count, ECC and row checks are the ones that run).
+        self.health_config = tmp / "health.json"
+        self.health_config.write_text(json.dumps({"gpus": {"count": 8, "type": "h100"}}))
         self.missing: set[str] = set()
         self.hang: set[tuple[str, str]] = set()  # (node, tool stem) killed at its limit
 
@@ -56,7 +57,8 @@ class FakeController:
         if not fake_scontrol.exists():
             fake_scontrol.write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')
             fake_scontrol.chmod(0o755)
-        proc = subprocess.run([sys.executable, str(self.bin / name), *args], env=env,
+        program = name if name == HEALTH else str(self.bin / name)
+        proc = subprocess.run([sys.executable, program, *args], env=env,
                               capture_output=True, text=True, check=False, timeout=30)
         return proc.returncode, proc.stdout
 
@@ -73,13 +75,18 @@ class FakeController:
         self.jobs.append((Path(script).name, nodes))
         if script.endswith("node.sh"):
             node = nodes[0]
-            for stem, tool, targs in (("dcgm", "dcgmi", ["diag", "-r", env["GATE_DCGM_LEVEL"],
+            health = ["--json", "--only", "gpus", "--config", str(self.health_config)]
+            for stem, tool, targs in (("health_before", HEALTH, health),
+                                      ("dcgm", "dcgmi", ["diag", "-r", env["GATE_DCGM_LEVEL"],
                                                          "-j"]),
-                                      ("nccl_1node", "all_reduce_perf", [])):
+                                      ("nccl_1node", "all_reduce_perf", []),
+                                      ("health_after", HEALTH, health)):
                 path = f"{out}/{stem}"
                 if tool in self.missing:
                     self.files[f"{path}.rc"], self.files[f"{path}.err"] = "127\n", (
                         f"{tool} is not installed on {node}")
+                elif tool == HEALTH and "metalslurm-health" in self.missing:
+                    self.files[f"{path}.rc"] = "127\n"
                 elif (node, stem) in self.hang:
                     self.put(path, 137)
                 else:
@@ -213,6 +220,32 @@ def test_a_failing_gpu_is_named_with_dcgms_warning(controller):
     assert result.drained == {"gpu-004": "metalslurm-accept: dcgm_diag memory GPU 5: "
                                          "Pending row remap"}
     assert any("GATE_DCGM_LEVEL=3" in c for c in controller.commands)
+
+
+def test_a_gpu_that_fails_under_load_is_named_by_the_health_checker_after_it(controller):
+    """The real metalslurm-health reads the stand-in nvidia-smi before and after the load:
+    gpu-003's GPU at 5D shows 2 uncorrected ECC errors and a pending row remap once the
+    node's all_reduce_perf has run; gpu-001's from the start."""
+    controller.knob("gpu-003", gpu_after_load="ecc")
+    controller.knob("gpu-001", gpu="ecc")
+    result = gate(controller).run(None)
+    ecc = "gpu_ecc: 00000000:5D:00.0 has 2 uncorrected ECC errors (limit 0)"
+    assert result.drained == {"gpu-003": f"metalslurm-accept: gpu_health after load: {ecc}",
+                              "gpu-001": f"metalslurm-accept: gpu_health before load: {ecc}"}
+    rows = {(r["node"], r["test"]): (r["value"], r["passed"]) for r in controller.history()}
+    assert [rows[(n, "gpu_health")] for n in NODES] == [(2.0, False), (0.0, True),
+                                                        (2.0, False), (0.0, True)]
+
+
+def test_without_the_health_checker_the_gpu_state_is_not_judged_and_the_run_says_so(
+        controller):
+    controller.missing.add("metalslurm-health")
+    g = gate(controller)
+    result = g.run(None)
+    assert (result.passed, result.drained) == (list(NODES), {})
+    assert "gpu_health" not in {r["test"] for r in controller.history()}
+    assert ("GPU state before and after the load not checked on gpu-001, gpu-002, gpu-003, "
+            "gpu-004: no metalslurm-health there (metalslurm:health is off)") in g.said
 
 
 def test_nodes_that_only_fail_together_stay_drained_as_inconclusive(controller):

@@ -11,6 +11,7 @@ from infra.accept.parsers import (
     ToolOutputError,
     parse_all_reduce_perf,
     parse_dcgmi_diag,
+    parse_health_json,
     parse_ib_write_bw,
 )
 from tests.paths import REPO
@@ -111,3 +112,25 @@ def test_dcgm_3_results_are_read_with_their_string_gpu_ids():
 def test_dcgm_output_that_says_nothing_is_refused_with_why(text, said):
     with pytest.raises(ToolOutputError, match=said):
         parse_dcgmi_diag(text)
+
+
+# ---- metalslurm-health --json (the gate's GPU state before and after the load) --------------
+
+def test_the_health_checkers_json_gives_its_failures_as_check_and_detail():
+    text = json.dumps({"node": "gpu-003", "healthy": False, "results": [
+        {"check": "gpu_count", "ok": True, "skipped": False, "detail": "8 of 8 GPUs (h100)"},
+        {"check": "gpu_rows", "ok": False, "skipped": False,
+         "detail": "00000000:5D:00.0 has a remap or retirement pending (reset the GPU)"},
+        {"check": "gpu_xid", "ok": True, "skipped": True, "detail": "cannot read the log"}]})
+    run = parse_health_json(text)
+    assert run.failures == ("gpu_rows: 00000000:5D:00.0 has a remap or retirement pending "
+                            "(reset the GPU)",)
+    assert run.checked == 2
+
+
+@pytest.mark.parametrize("text, said", [
+    ("", "printed no JSON document"), ("[]", "no list of results"),
+    ('{"results": [{"ok": true}]}', "no list of results")])
+def test_health_output_that_is_not_the_checkers_is_refused(text, said):
+    with pytest.raises(ToolOutputError, match=said):
+        parse_health_json(text)

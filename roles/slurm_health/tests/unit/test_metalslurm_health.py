@@ -379,3 +379,40 @@ def test_dry_run_prints_every_check_and_touches_nothing(bin_dir, tmp_path, capsy
     assert "FAIL  gpu_count        7 of 8 GPUs" in out
     assert out[-1].startswith("node gpu-001: would drain: metalslurm-health: ")
     assert not calls.exists()
+
+
+def test_json_with_only_runs_those_checks_prints_them_and_touches_nothing(bin_dir, tmp_path,
+                                                                          capsys):
+    """What the acceptance gate runs before and after its load (infra/accept/gate.py)."""
+    calls = slurm_stand_ins(bin_dir, tmp_path, "idle", "none")
+    smi_replaying(bin_dir, "dgx-h100-ecc.xml")
+    cfg = write_config(tmp_path, nvidia_smi="nvidia-smi")
+    assert health.main(["--json", "--only", "gpus,gpu_xid", "--config", str(cfg)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["node"], doc["healthy"]) == ("gpu-001", False)
+    assert [(r["check"], r["ok"]) for r in doc["results"]] == [
+        ("gpu_count", True), ("gpu_ecc", False), ("gpu_rows", False), ("gpu_xid", True)]
+    assert doc["results"][1]["detail"] == ("00000000:5D:00.0 has 2 uncorrected ECC errors "
+                                           "(limit 0)")
+    assert not calls.exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--only", "gpus,disks"], "--only: disks is not a check; give some of gpu_devices, gpus"),
+    (["--only", ","], "--only: nothing is not a check"),
+])
+def test_an_unknown_check_is_refused_naming_the_ones_there_are(args, said, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        health.main(args)
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b"\x89PNG\r\n\x1a\n\x00", b"[1, 2]"])
+def test_an_unreadable_settings_file_is_one_line_and_exit_2(tmp_path, capsys, content):
+    path = tmp_path / "health.json"
+    path.write_bytes(content)
+    assert health.main(["--dry-run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"metalslurm-health: --config {path}: ") and "\n" not in err
+    assert err.endswith("give the file the slurm_health role writes")
