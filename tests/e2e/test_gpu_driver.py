@@ -274,7 +274,7 @@ def node_view(cluster, node: str) -> tuple[str, str]:
     return state, reason
 
 
-def test_drain_policy_reboots_one_node_at_a_time_after_its_job_and_returns_only_its_own_drain(
+def test_drain_policy_reboots_one_node_at_a_time_after_its_job_and_gates_only_its_own_drain(
         standin):
     """Reboot, module loading and nvidia-smi are STAND-INS (see the module's docstring)."""
     cluster, repo = standin
@@ -303,7 +303,9 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
         "nvidia_gpu_drain_poll": 5, "nvidia_gpu_reboot_timeout": 300}
 
     def run() -> ConfigureResult:
-        return driver_run(cluster, repo, reboot_policy="drain", role_vars=role_vars)
+        # With the acceptance gate on: the rebooted node waits for 'metalslurm accept'.
+        return driver_run(cluster, repo, reboot_policy="drain",
+                          role_vars={**role_vars, "metalslurm_accept": {"gate": True}})
 
     def full_run() -> ConfigureResult:
         """The whole playbook, as 'metalslurm configure' runs it, with these settings."""
@@ -320,8 +322,7 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
     ended = cluster.ctl(f"SLURM_TIME_FORMAT=%s sacct --allocations --noheader --parsable2 "
                         f"--jobs={job} --format=End").stdout.strip()
     assert int(ended) <= power.events[0][0], (ended, power.events)
-    # Each came back on its installed driver, its services running; gpu-001 was returned,
-    # gpu-002 keeps the drain someone else set.
+    # Each came back on its installed driver, its services running.
     # gpu-002 keeps the version of the branch the last test moved it to (a branch alone
     # never upgrades).
     driver = {"gpu-001": nvidia_standins.NEWEST_OF_BRANCH, "gpu-002": "580.65.06"}
@@ -330,8 +331,13 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
         services = SERVICES if node == "gpu-001" else [SERVICES[0], *SERVICES[2:]]
         assert cluster.on(node, f"systemctl is-active {' '.join(services)} slurmd"
                           ).stdout.split() == ["active"] * (len(services) + 1)
-    assert node_view(cluster, "gpu-001") == ("idle", "none")
+    # gpu-001's drain was handed to the acceptance gate (metalslurm_accept.gate), which
+    # alone returns it; gpu-002 keeps the drain someone else set.
+    assert node_view(cluster, "gpu-001") == (
+        "drained", f"metalslurm-accept: rebooted onto NVIDIA driver "
+                   f"{nvidia_standins.NEWEST_OF_BRANCH}")
     assert node_view(cluster, "gpu-002") == ("drained", "maintenance")
+    cluster.ctl("scontrol update NodeName=gpu-001 State=RESUME")  # as a passing gate run
     for node in NODES:
         assert (f"{node}: NVIDIA driver {driver[node]} is installed but the "
                 "running kernel cannot load it yet: its services are enabled, not started. "

@@ -285,6 +285,10 @@ LITERAL_DEFAULTS = [
      "infra.gpu_config:GpuSettings", "dcgm"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.container_toolkit",
      "infra.gpu_config:GpuSettings", "container_toolkit"),
+    ("roles/slurm_compute/vars/main.yml", "(metalslurm_accept | default({})).gate",
+     "infra.accept.gate:GateSettings", "gate"),
+    ("roles/nvidia_gpu/vars/main.yml", "(metalslurm_accept | default({})).gate",
+     "infra.accept.gate:GateSettings", "gate"),
 ]
 
 
@@ -295,6 +299,16 @@ def test_a_roles_literal_default_is_the_stack_parsers(file, expression, owner, f
     default = getattr(getattr(importlib.import_module(module), cls)(), field)
     assert jinja_default(REPO / file, expression) == default, (
         f"{file}: {expression} defaults to something else than {owner}.{field} ({default!r})")
+
+
+@pytest.mark.parametrize(("role", "var"), [("slurm_compute", "__slurm_compute_gate_reason"),
+                                          ("nvidia_gpu", "__nvidia_gpu_gate_reason")])
+def test_the_roles_drain_into_the_gate_with_the_gates_own_prefix(role, var):
+    """'metalslurm accept' takes (and alone returns) the nodes drained with its prefix."""
+    from infra.accept.verdicts import REASON_PREFIX
+
+    reason = yaml.safe_load((ROLES / role / "vars/main.yml").read_text())[var]
+    assert reason.startswith(REASON_PREFIX + " "), reason
 
 
 def test_slurm_conf_names_the_health_checker_where_its_role_installs_it():

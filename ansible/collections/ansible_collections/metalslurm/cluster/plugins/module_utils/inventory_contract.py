@@ -70,6 +70,9 @@ CLUSTER_VARS = {
     "metalslurm_health": "the node health checker",
     "metalslurm_monitoring": "Prometheus, Alertmanager, the exporters and the alert receivers",
     "metalslurm_rest": "Slurm's REST API (slurmrestd with JWT tokens)",
+    "metalslurm_accept": "the acceptance gate: gate (the roles drain new nodes and nodes "
+                         "rebooted onto a new driver into it) and the settings of "
+                         "'metalslurm accept'",
 }
 # Per host (compute hosts: the GPU, state, switch, power and node option variables):
 HOST_VARS = {
@@ -229,7 +232,20 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_private_cidr"))
+    problems += _accept_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_accept", {}))
     return problems
+
+
+def _accept_problems(accept: Any) -> list[str]:
+    """The part of metalslurm_accept the roles read (gate); 'metalslurm accept' checks the
+    rest of it (infra/accept/settings.py) before it touches a node."""
+    if not isinstance(accept, Mapping):
+        return [f"metalslurm_accept: {accept!r} is not a mapping of acceptance gate settings"]
+    gate = accept.get("gate", False)
+    if not isinstance(gate, bool):
+        return [f"metalslurm_accept.gate is {gate!r}; give true (new nodes and nodes rebooted "
+                "onto a new driver wait in the acceptance gate) or false"]
+    return []
 
 
 def _user_problems(users: Any, access: Any) -> list[str]:

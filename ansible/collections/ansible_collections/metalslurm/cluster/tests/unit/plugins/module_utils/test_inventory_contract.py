@@ -40,3 +40,14 @@ def test_the_contract_lists_each_variable_once():
     names = [*inventory_contract.CLUSTER_VARS, *inventory_contract.HOST_VARS,
              *inventory_contract.SECRET_FILE_VARS]
     assert len(names) == len(set(names))
+
+
+def test_the_gate_switch_the_roles_read_must_be_a_boolean():
+    for value, said in [("yes", ["metalslurm_accept.gate is 'yes'; give true (new nodes and "
+                                 "nodes rebooted onto a new driver wait in the acceptance "
+                                 "gate) or false"]),
+                        (True, []), (False, [])]:
+        accept = {"metalslurm_accept": {"gate": value}}
+        assert problems(ctl=accept, gpu_001=accept) == said
+    assert problems(ctl={"metalslurm_accept": ["gate"]}, gpu_001={"metalslurm_accept": [
+        "gate"]}) == ["metalslurm_accept: ['gate'] is not a mapping of acceptance gate settings"]
