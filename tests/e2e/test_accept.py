@@ -6,7 +6,10 @@ down after, the node jobs, the two-node jobs with srun --mpi=pmix in rounds, the
 shared storage, the drains and returns, the report in headless Chromium). What is a
 STAND-IN: the measuring tools. No GPU, HCA or DCGM is here, so all_reduce_perf, ib_write_bw
 and dcgmi are tests/fixtures/accept/standin/metalslurm-accept-standin, printing the real
-tools' formats (read by the production parsers) with an H100/NDR node's figures and knobs.
+tools' formats (read by the production parsers) with an H100/NDR node's figures and knobs;
+so is the nvidia-smi the real health checker reads before and after the load (a DGX H100's
+8 GPUs, schema-built XML from tests/fixtures/gpu). Real too: the roles' part of the gate (a
+node registering for the first time is drained into it by slurm_compute).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import subprocess
 import pytest
 import yaml
 
+from infra.configure import run_playbook
+from tests import accept_standins
 from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 
-STANDIN = REPO / "tests/fixtures/accept/standin/metalslurm-accept-standin"
 NODES = ("gpu-001", "gpu-002", "gpu-003", "gpu-004")
 HISTORY = "/shared/metalslurm/accept/history.jsonl"
-SETTINGS = {"path": ["/shared/e2e-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
+MARKER = "/var/lib/metalslurm/registered"  # roles/slurm_compute: the node has registered
+SETTINGS = {"gate": True, "path": ["/shared/e2e-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
             "gpudirect": False, "timeouts": {"dcgm": 60, "nccl": 60, "ib_write_bw": 20}}
 
 
@@ -33,13 +38,7 @@ def gate(debian13):
     assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
     shared = debian13.state / "shared" / "shared"
     tools, knobs = shared / "e2e-accept" / "bin", shared / "metalslurm-accept-standin"
-    shutil.rmtree(shared / "e2e-accept", ignore_errors=True)
-    shutil.rmtree(knobs, ignore_errors=True)
-    tools.mkdir(parents=True)
-    knobs.mkdir()
-    shutil.copy(STANDIN, tools / STANDIN.name)
-    for name in ("all_reduce_perf", "ib_write_bw", "dcgmi"):
-        (tools / name).symlink_to(STANDIN.name)
+    accept_standins.install(tools, knobs)
     debian13.ctl("rm -rf /shared/metalslurm/accept")
     # The gate powers them up for its jobs (asserted): they start powered down.
     debian13.wait_for_elastic_nodes_down(timeout=POWER_DOWN_WITHIN + 60)
@@ -65,7 +64,17 @@ def reasons(cluster) -> dict[str, str]:
 def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp_path):
     cluster, inventory, knobs = gate
     (knobs / "gpu-002").write_text(json.dumps({"ib": {"mlx5_1": 0.5}}))
-    cluster.ctl(f"scontrol update nodename={','.join(NODES)} state=drain "
+    # gpu-001 is made a new machine (no mark of an earlier registration, slurmd not running
+    # yet): with metalslurm_accept.gate, configure drains it into the gate before its slurmd
+    # first registers. The others are put there by hand, as the roles would have.
+    cluster.on("gpu-001", f"systemctl stop slurmd && rm {MARKER}")
+    configured = run_playbook(inventory, limit="gpu-001", out=lambda _line: None)
+    assert configured.ok, configured.failures
+    assert reasons(cluster)["gpu-001"] == "drained|metalslurm-accept: new node"
+    assert cluster.on("gpu-001", f"systemctl is-active slurmd && test -s {MARKER}").returncode == 0
+    again = run_playbook(inventory, limit="gpu-001", out=lambda _line: None)
+    assert (again.ok, again.changed) == (True, 0), again.changed_tasks
+    cluster.ctl("scontrol update nodename=gpu-[002-004] state=drain "
                 "reason='metalslurm-accept: new node'")
     # A user's job that could run anywhere, submitted before the gate starts.
     user_job = cluster.submit("alice", "--partition=train -N1 --time=2 --wrap 'hostname'")
@@ -95,7 +104,14 @@ def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp
     # The history: one line per node and test, with the verdicts.
     lines = [json.loads(line) for line in cluster.ctl(f"cat {HISTORY}").stdout.splitlines()]
     assert {(r["node"], r["test"]) for r in lines} >= {
-        (n, t) for n in NODES for t in ("dcgm_diag", "nccl_1node", "nccl_pair")}
+        (n, t) for n in NODES for t in ("dcgm_diag", "nccl_1node", "nccl_pair", "gpu_health")}
+    # The real health checker read each node's 8 (stand-in) GPUs before and after the load.
+    assert sorted((r["node"], r["value"], r["passed"]) for r in lines
+                  if r["test"] == "gpu_health") == [(n, 0.0, True) for n in NODES]
+    run_dir = cluster.ctl("ls -d /shared/metalslurm/accept/runs/*").stdout.split()[-1]
+    before = json.loads(cluster.ctl(f"cat {run_dir}/gpu-001/health_before.out").stdout)
+    assert {r["check"]: r["detail"] for r in before["results"]}["gpu_count"] == (
+        "8 of 8 GPUs (h100)")
     assert [(r["node"], f"drained|metalslurm-accept: {r['reason']}") for r in lines
             if not r["passed"]] == [("gpu-002", state["gpu-002"])]
     # The page, in a browser: gpu-002's dot below the floor, red.
