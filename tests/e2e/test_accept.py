@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from infra.configure import run_playbook
+from infra.verify import run_verify
 from tests import accept_standins
 from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 
@@ -74,6 +75,11 @@ def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp
     assert cluster.on("gpu-001", f"systemctl is-active slurmd && test -s {MARKER}").returncode == 0
     again = run_playbook(inventory, limit="gpu-001", out=lambda _line: None)
     assert (again.ok, again.changed) == (True, 0), again.changed_tasks
+    # The verify suite takes a node waiting in the gate for what it is: drained, no job there.
+    said: list[str] = []
+    checked = run_verify(inventory, ["-k", "sinfo_lists_every_compute_node or "
+                                     "srun_runs_one_task_on_every_static"], out=said.append)
+    assert checked == 0 and sum("PASS" in line for line in said) == 2, "\n".join(said)
     cluster.ctl("scontrol update nodename=gpu-[002-004] state=drain "
                 "reason='metalslurm-accept: new node'")
     # A user's job that could run anywhere, submitted before the gate starts.

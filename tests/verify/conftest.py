@@ -13,6 +13,7 @@ import pytest
 import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
+from infra.accept.verdicts import REASON_PREFIX as ACCEPT_PREFIX
 from infra.playbook import expected_services
 
 
@@ -28,6 +29,10 @@ class Cluster:
     services: dict[str, list[str]] = field(default_factory=dict)
     # The login nodes in inventory order (the first serves the REST API).
     login_nodes: list[str] = field(default_factory=list)
+    # Nodes waiting in the acceptance gate (drained "metalslurm-accept: ..."; with
+    # metalslurm_accept.gate, every new node until 'metalslurm accept' passes it): in the
+    # cluster, but no job runs there.
+    gated: list[str] = field(default_factory=list)
 
     def services_of(self, host: str) -> list[str]:
         return self.services[host]
@@ -36,6 +41,15 @@ class Cluster:
     def static_compute(self) -> list[str]:
         return [h for h in self.compute
                 if self.hostvars[h].get("metalslurm_node_state", "static") != "cloud"]
+
+    @property
+    def job_nodes(self) -> list[str]:
+        """Static compute nodes a test job can run on (not waiting in the gate)."""
+        nodes = [h for h in self.static_compute if h not in self.gated]
+        if not nodes:
+            pytest.skip(f"every static compute node waits in the acceptance gate "
+                        f"({', '.join(self.gated)}): run 'metalslurm accept' first")
+        return nodes
 
     def gpu_nodes(self) -> list[str]:
         return [h for h in self.compute if int(self.hostvars[h].get("metalslurm_gpu_count", 0))]
@@ -69,17 +83,22 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
     assert len(controllers) == 1, f"inventory {inventory} needs exactly one slurm_controller"
     compute = sorted(runner.get_hosts("slurm_compute"))
     hostvars = {h: runner.get_variables(h) for h in runner.get_hosts("all")}
-    powered_down = []
-    cloud = [h for h in compute if hostvars[h].get("metalslurm_node_state") == "cloud"]
-    if cloud:
+    powered_down, gated = [], []
+    if compute:
         ctl = testinfra.get_host(f"ansible://{controllers[0]}", ansible_inventory=inventory)
-        out = ctl.check_output("sinfo --noheader --Node --format='%N %T' "
-                               f"--nodes={','.join(cloud)}")
-        # Powered down ('~') or being powered down ('%'), as the playbook sets them aside.
-        powered_down = sorted({line.split()[0] for line in out.splitlines()
-                               if line.split()[1].endswith(("~", "%"))})
-    return Cluster(inventory, controllers[0], compute, hostvars, powered_down,
-                   expected_services(inventory), list(runner.get_hosts("login")))
+        out = ctl.check_output("sinfo --noheader --Node --format='%N|%T|%E' "
+                               f"--nodes={','.join(compute)}")
+        for line in out.splitlines():
+            node, state, reason = line.split("|", 2)
+            # Powered down ('~') or being powered down ('%'), as the playbook sets them aside.
+            if (hostvars[node].get("metalslurm_node_state") == "cloud"
+                    and state.endswith(("~", "%"))):
+                powered_down.append(node)
+            if state.startswith("drain") and reason.startswith(ACCEPT_PREFIX):
+                gated.append(node)
+    return Cluster(inventory, controllers[0], compute, hostvars, sorted(set(powered_down)),
+                   expected_services(inventory), list(runner.get_hosts("login")),
+                   sorted(set(gated)))
 
 
 @pytest.fixture(scope="session")

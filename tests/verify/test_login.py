@@ -59,7 +59,7 @@ def test_the_client_configuration_is_the_controllers(host, controller):
 
 
 def test_a_job_submitted_here_runs_on_a_compute_node(host, cluster):
-    node = cluster.static_compute[0]
+    node = cluster.job_nodes[0]
     out = host.check_output(f"timeout {SRUN_TIMEOUT} srun --nodes=1 --nodelist={node} "
                             "--ntasks=1 hostname")
     assert out.split() == [node]

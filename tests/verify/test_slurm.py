@@ -36,13 +36,17 @@ def test_sinfo_lists_every_compute_node_idle_with_its_gres(controller, cluster):
     for line in out.splitlines():
         node, state, gres = line.split("|")
         seen[node] = (state, re.sub(r"\(S:[^)]*\)", "", gres))
-    # Static nodes idle; elastic ones idle when up, 'idle~' (powered down) otherwise.
-    assert seen == {n: ("idle~" if n in cluster.powered_down else "idle",
-                        expected_gres(cluster, n)) for n in cluster.compute}
+    # Static nodes idle; elastic ones idle when up, 'idle~' (powered down) otherwise; a node
+    # waiting in the acceptance gate drained (and powered down, '~', if elastic).
+    def state(n: str) -> str:
+        return (("drained" if n in cluster.gated else "idle")
+                + ("~" if n in cluster.powered_down else ""))
+
+    assert seen == {n: (state(n), expected_gres(cluster, n)) for n in cluster.compute}
 
 
 def test_srun_runs_one_task_on_every_static_compute_node(controller, cluster):
-    nodes = cluster.static_compute
+    nodes = cluster.job_nodes
     out = controller.check_output(
         f"timeout {SRUN_TIMEOUT} srun --nodes={len(nodes)} --nodelist={','.join(nodes)} "
         "--ntasks-per-node=1 hostname")
@@ -56,7 +60,7 @@ def gpu_probe_command():
 
 
 def test_gpu_job_sees_and_opens_only_its_allocated_gpus(controller, cluster, gpu_probe_command):
-    gpu_nodes = [n for n in cluster.gpu_nodes() if n in cluster.static_compute]
+    gpu_nodes = [n for n in cluster.gpu_nodes() if n in cluster.job_nodes]
     if not gpu_nodes:
         pytest.skip("no GPU compute nodes in this inventory")
     node = gpu_nodes[0]
@@ -78,7 +82,7 @@ def test_jobs_get_slurmds_locked_memory_limit_not_the_submitters(controller, clu
     """RDMA (NCCL over InfiniBand/RoCE) needs the locked-memory limit slurmd runs with;
     PropagateResourceLimitsExcept=MEMLOCK keeps a low limit in the submitting shell from
     reaching the job. Submitted here with the soft limit lowered to 64 KiB."""
-    node = cluster.static_compute[0]
+    node = cluster.job_nodes[0]
     compute = testinfra.get_host(f"ansible://{node}", ansible_inventory=cluster.inventory)
     line = compute.check_output("grep 'Max locked memory' /proc/$(pidof slurmd)/limits")
     soft = line.split()[3]
