@@ -78,28 +78,25 @@ def parse_accept(c: Collector, raw: Mapping[str, Any],
     ``metalslurm:accept.<key>``); returns the inventory's ``metalslurm_accept``: the keys
     given, in the inventory's spelling, and ``gate``."""
     item = raw.get("accept")
-    if item is None:
-        item = {}
     where = stack_key("accept")
-    if not isinstance(item, Mapping):
-        c.problem(where, f"is {type(item).__name__}; give a mapping of "
-                  f"{', '.join(_stack_name(k) for k in KEYS)}")
-        return {"gate": False}
-    back = {v: k for k, v in CAMEL.items()}
-    t_back = {v: k for k, v in TIMEOUTS_CAMEL.items()}
-    converted: dict[str, Any] = {}
-    for name, value in item.items():
-        name = str(name)
-        if name in CAMEL or (name == "timeouts" and isinstance(value, Mapping)
-                             and set(map(str, value)) & set(TIMEOUTS_CAMEL)):
-            wrong = name if name in CAMEL else "timeouts." + next(
-                k for k in map(str, value) if k in TIMEOUTS_CAMEL)
-            c.problem(f"{where}.{wrong}", f"is spelled {_stack_name(wrong)} in a stack config")
-            return {"gate": False}
-        if name == "timeouts" and isinstance(value, Mapping):
-            value = {t_back.get(str(k), str(k)): v for k, v in value.items()}
-        converted[back.get(name, name)] = value
-    if not shared_paths and "shared_dir" not in converted and converted.get("gate") is not True:
+    converted: Any = {} if item is None else item  # not a mapping: _validate says so
+    if isinstance(item, Mapping):
+        converted = {}
+        back = {v: k for k, v in CAMEL.items()}
+        t_back = {v: k for k, v in TIMEOUTS_CAMEL.items()}
+        for name, value in ((str(n), v) for n, v in item.items()):
+            timeouts = value if name == "timeouts" and isinstance(value, Mapping) else {}
+            snake = [f"timeouts.{k}" for k in map(str, timeouts) if k in TIMEOUTS_CAMEL]
+            if name in CAMEL or snake:
+                wrong = name if name in CAMEL else snake[0]
+                c.problem(f"{where}.{wrong}",
+                          f"is spelled {_stack_name(wrong)} in a stack config")
+                return {"gate": False}
+            if timeouts:
+                value = {t_back.get(str(k), str(k)): v for k, v in timeouts.items()}
+            converted[back.get(name, name)] = value
+    if not shared_paths and isinstance(converted, Mapping) and "shared_dir" not in converted \
+            and converted.get("gate") is not True:
         # No shared storage and nothing asks for the gate: a stack without /shared parses;
         # 'metalslurm accept' on its inventory says what is missing.
         shared_paths = [GateSettings().shared_dir]
@@ -129,7 +126,7 @@ def _validate(raw: Any, shared_paths: list[str], level: str | None,
                            "rebooted onto a new driver wait in the gate) or false")
         values["gate"] = raw["gate"]
     chosen = level or raw.get("level", d.level)
-    if chosen not in LEVELS:
+    if not isinstance(chosen, str) or chosen not in LEVELS:
         raise _Problem("level", f"is {chosen!r}; give quick (dcgmi diag -r 2) or full (-r 3)")
     values["level"] = chosen
     shared_dir = raw.get("shared_dir", d.shared_dir)

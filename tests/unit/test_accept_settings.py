@@ -181,3 +181,20 @@ def test_without_shared_storage_the_history_has_nowhere_to_go():
     with pytest.raises(ConfigError, match=r"metalslurm:accept.sharedDir: is "
                        r"/shared/metalslurm/accept, not on shared storage \(none\)"):
         stack({"gate": True}, storage={"backend": "none"})
+
+
+WRONG_TYPES = (["x"], {"k": "v"}, {"k": None}, "text", 5, 0.5, -1, None, True, [{"a": 1}])
+
+
+@pytest.mark.parametrize("key", ["gate", "level", "shared_dir", "history_days",
+                                 "fleet_fraction", "min_samples", "max_rounds", "hca_type",
+                                 "hcas", "gpudirect", "path", "timeouts", "thresholds",
+                                 "nccl_tests"])
+def test_any_value_at_any_key_is_taken_or_refused_naming_the_key(key):
+    """Never another exception: a hand-written inventory can hold anything there."""
+    for value in WRONG_TYPES:
+        for nested in (value, {"nccl": value}, {"gpu": {"h100": {"nccl_1node": value}}}):
+            try:
+                settings({key: nested})
+            except InputError as exc:
+                assert f"metalslurm_accept.{key}" in str(exc)
