@@ -38,6 +38,7 @@ from typing import Any
 from infra.accept.pairing import BAD, GOOD, Pair, Pairing
 from infra.accept.parsers import (
     HEALTH_CHECKS,
+    HealthRun,
     ToolOutputError,
     parse_all_reduce_perf,
     parse_dcgmi_diag,
@@ -436,22 +437,22 @@ class Gate:
         is the count of failed checks after the load. None where the node has no health
         checker (metalslurm:health off): said once in the run's log."""
         gpu = self.nodes[n].gpu_type
-        runs = {}
+        runs: dict[str, HealthRun] = {}
         for when in ("before", "after"):
             stem = f"{n}/health_{when}"
             if files.get(f"{stem}.rc", "").strip() == "127":
                 self.no_health.append(n)
                 return None
             error = self.tool_error(files, stem, "metalslurm-health")
-            try:
-                runs[when] = None if error else parse_health_json(files.get(f"{stem}.out", ""))
-            except ToolOutputError as exc:
-                error = str(exc)
+            if not error:
+                try:
+                    runs[when] = parse_health_json(files.get(f"{stem}.out", ""))
+                except ToolOutputError as exc:
+                    error = str(exc)
             if error:
                 return self.measurement(n, "gpu_health", gpu, None, PASS_FAIL_UNIT,
                                         f"{when} load: {error}"), ""
         before, after = runs["before"], runs["after"]
-        assert before is not None and after is not None
         problem = (f"gpu_health before load: {before.failures[0]}" if before.failures
                    else f"gpu_health after load: {after.failures[0]}" if after.failures
                    else "")
