@@ -41,7 +41,7 @@ status: deps
 lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
 	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
-		tests/fixtures/gpu/*.sh
+		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint

@@ -49,6 +49,43 @@ def test_wrong_values_make_the_figures_untrustworthy():
     assert parse_all_reduce_perf(text).problem == "3 wrong values (data corruption)"
 
 
+# Recorded here (README: "Recorded on a lent GPU"): nccl-tests 2.13.6, built as the role builds
+# it but with MPI=0, on one H200. Values read by hand from the files.
+H200_RUNS = [
+    # name, rows, smallest, largest
+    ("all_reduce_perf-2.13.6-1xh200-8B-1G.txt", 28, 8, 1073741824),
+    ("all_reduce_perf-2.13.6-1xh200-1G-4G.txt", 3, 1073741824, 4294967296),
+]
+
+
+@pytest.mark.parametrize("name, rows, smallest, largest", H200_RUNS)
+def test_a_one_gpu_run_recorded_here_is_read_row_for_row(name, rows, smallest, largest):
+    # the in-place algbw overflows its column (up to 14040429.21): rows are split on white space
+    run = parse_all_reduce_perf(fixture(name))
+    assert (len(run.sizes), run.sizes[0], run.largest_size) == (rows, smallest, largest)
+    assert (run.wrong, run.out_of_bounds, run.problem) == (0, 0, "")
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in H200_RUNS])
+def test_one_gpu_has_no_bus_bandwidth_so_the_gates_figure_is_zero(name):
+    # busbw = algbw x 2(n-1)/n, 0 for one rank whatever the GPU moved; the trailer agrees
+    text = fixture(name)
+    run = parse_all_reduce_perf(text)
+    assert set(run.busbw_out_of_place) == set(run.busbw_in_place) == {0.0}
+    assert run.busbw == 0.0
+    assert "# Avg bus bandwidth    : 0 \n" in text
+
+
+def test_the_one_gpu_zero_comes_from_a_row_that_moved_data():
+    # The 4 GiB row as recorded: out of place 1997.4 us, algbw 2150.29 GB/s (a copy in GPU
+    # memory); in place 0.31 us (one rank's in-place all-reduce moves nothing).
+    text = fixture("all_reduce_perf-2.13.6-1xh200-1G-4G.txt")
+    rows = [line.split() for line in text.splitlines() if line.lstrip().startswith("4294967296")]
+    assert rows == [["4294967296", "1073741824", "float", "sum", "-1", "1997.4", "2150.29", "0.00",
+                     "0", "0.31", "14040429.21", "0.00", "0"]]
+    assert parse_all_reduce_perf(text).busbw_out_of_place[-1] == 0.0
+
+
 @pytest.mark.parametrize("text", ["", "# nThread 1 nGpus 8\n#\n", "\x00\x01binary"])
 def test_all_reduce_perf_without_rows_is_refused(text):
     with pytest.raises(ToolOutputError, match="no result rows"):
