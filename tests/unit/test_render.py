@@ -68,7 +68,12 @@ def fixture_inventory() -> dict:
 
 
 def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | None = None,
-               static_prolog: bool = False) -> subprocess.CompletedProcess[str]:
+               static_prolog: bool = False, inventory: dict | None = None,
+               node_facts: bool = True) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook running tasks/render.yml for each release into tmp_path/<release>,
+    with the fixture inventory (or ``inventory``, one of the same shape); ``node_facts``
+    False: no play that sets the compute nodes' facts (an inventory whose nodes all have
+    metalslurm_node_options needs none)."""
     handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
                 for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
     facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
@@ -77,7 +82,7 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
         facts_play["tasks"].append({"ansible.builtin.set_fact": {
             "metalslurm_node": {"job_prolog": "/usr/local/sbin/metalslurm-prolog"}},
             "when": "metalslurm_node_state == 'static'"})
-    play = [facts_play, {
+    play = [*([facts_play] if node_facts else []), {
         "name": "Render the controller's Slurm files for each release",
         "hosts": "slurm_controller", "gather_facts": False,
         "vars_files": [str(REPO / f) for f in (
@@ -97,7 +102,7 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
     # Tasks included from a play find templates next to the playbook: the role's own.
     if not (tmp_path / "templates").exists():
         (tmp_path / "templates").symlink_to(REPO / "roles/slurm_controller/templates")
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(fixture_inventory()))
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory or fixture_inventory()))
     (tmp_path / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")

@@ -46,6 +46,7 @@ __all__ = [
     "Setting",
     "SlurmVersion",
     "SlurmVersionError",
+    "accepts",
     "check_settings",
     "distro_slurm",
 ]
@@ -294,6 +295,9 @@ SETTINGS: tuple[Setting, ...] = (
             "jobcomp/none plugin but its read_config.c reads any value containing 'none' as "
             "unset"),
     Setting("slurm.conf", "KillWait", None, "≤21.08", _SLURM_CONF_OLD),
+    Setting("slurm.conf", "MaxJobCount", None, "≤21.08",
+            _SLURM_CONF_OLD + "; 'A restart of slurmctld is required' in 22.05.8's"),
+    Setting("slurm.conf", "MessageTimeout", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "MinJobAge", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "MpiDefault", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "MpiDefault", "none", "≤21.08", _SLURM_CONF_OLD),
@@ -335,6 +339,41 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("slurm.conf", "ReturnToService", "2", "≤21.08",
             _SLURM_CONF_OLD + "; NEWS § 2.1.10 'Get ReturnToService=2 working for front-end "
             "configurations'"),
+    Setting("slurm.conf", "SchedulerParameters", None, "≤21.08", _SLURM_CONF_OLD),
+    Setting("slurm.conf", "SchedulerParameters", "bf_continue", "2.6",
+            "NEWS § 2.6.0pre2 'Added new SchedulerParameters configuration parameter of "
+            "\"bf_continue\"'; slurm.conf(5) of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "bf_interval=*", "2.6",
+            "NEWS § 2.6.0rc1 'Deprecate the SchedulerParameters value of \"interval\" use "
+            "\"bf_interval\" instead'; slurm.conf(5) of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "bf_max_job_test=*", "≤21.08",
+            "≤ 21.08: slurm.conf(5) of 15.08, of 21.08.5 (SchedMD/slurm tag slurm-21-08-5-1) "
+            "and of 24.11.5 (default 500 in the last two)"),
+    Setting("slurm.conf", "SchedulerParameters", "bf_max_job_user=*", "2.4",
+            "NEWS § 2.4.0.rc1 'Add support for new SchedulerParameters of bf_max_job_user'; "
+            "slurm.conf(5) of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "bf_resolution=*", "2.4",
+            "NEWS § 2.4.0 '... changed to \"bf_resolution=\"'; slurm.conf(5) of 15.08, "
+            "21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "bf_window=*", "2.2",
+            "NEWS § 2.2.0.pre12 'Add SchedulerParameters option of bf_window'; slurm.conf(5) "
+            "of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "defer_batch", "23.02",
+            "NEWS § 23.02.0rc1 'Add new \"defer_batch\" option to SchedulerParameters to only "
+            "defer scheduling for batch jobs'; not in slurm.conf(5) of 22.05.8; job_mgr.c of "
+            "22.05.8 looks for 'defer' as a substring, so an older slurmctld reads defer_batch "
+            "as defer (every job, salloc and srun too)",
+            remedy="upgrade Slurm to 23.02 or newer, or write 'defer' if salloc and srun may "
+                   "wait for the scheduler too"),
+    Setting("slurm.conf", "SchedulerParameters", "max_rpc_cnt=*", "2.6",
+            "NEWS § 2.6.8 'Added new SchedulerParameters option of max_rpc_cnt'; slurm.conf(5) "
+            "of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "partition_job_depth=*", "14.03",
+            "NEWS § 14.03.0pre6 'Added SchedulerParameters option of partition_job_depth'; "
+            "slurm.conf(5) of 15.08, 21.08.5 and 24.11.5"),
+    Setting("slurm.conf", "SchedulerParameters", "sched_min_interval=*", "14.11",
+            "NEWS § 14.11.7 'Add SchedulerParameters option of sched_min_interval'; "
+            "slurm.conf(5) of 21.08.5 and 24.11.5"),
     Setting("slurm.conf", "SchedulerType", None, "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "SchedulerType", "sched/backfill", "≤21.08", _SLURM_CONF_OLD),
     Setting("slurm.conf", "SelectType", None, "≤21.08", _SLURM_CONF_OLD),
@@ -361,6 +400,18 @@ SETTINGS: tuple[Setting, ...] = (
             reason="Slurm 23.11 removed the option and takes a cloud node's NodeAddr and "
                    "NodeHostname from its registration by default",
             remedy="upgrade Slurm or remove the elastic nodes"),
+    Setting("slurm.conf", "SlurmctldParameters", "conmgr_max_connections=*", "24.11",
+            "RELEASE_NOTES 24.11 'Added connection related parameters to slurm.conf under "
+            "SlurmctldParameters: conmgr_max_connections ...'; slurm.conf(5) of 24.11.5 "
+            "(default 50, as controller.c of 24.11.5; the RELEASE_NOTES say 150); not in "
+            "slurm.conf(5) of 24.05.0",
+            remedy="upgrade Slurm to 24.11 or newer (older releases handle RPCs without "
+                   "conmgr's thread pool), or leave the option out"),
+    Setting("slurm.conf", "SlurmctldParameters", "conmgr_threads=*", "24.11",
+            "RELEASE_NOTES 24.11 'conmgr_threads: Defaults to 64 threads for slurmctld'; "
+            "slurm.conf(5) of 24.11.5; not in slurm.conf(5) of 24.05.0",
+            remedy="upgrade Slurm to 24.11 or newer (older releases handle RPCs without "
+                   "conmgr's thread pool), or leave the option out"),
     Setting("slurm.conf", "SlurmctldParameters", "enable_configless", "20.02",
             "configless_slurm.shtml of 24.11.5: 'built in by default starting with Slurm "
             "20.02' and 'SlurmctldParameters=enable_configless'; slurm.conf(5) of 22.05.8"),
@@ -397,6 +448,10 @@ SETTINGS: tuple[Setting, ...] = (
             _SLURM_CONF_OLD + "; 'The value may not exceed 65533' in all three; NEWS § "
             "23.11.0rc1 'Change TreeWidth default from 50 to 16'",
             maximum=65533, remedy="write 65533 or less"),
+    Setting("slurm.conf", "UnkillableStepTimeout", None, "≤21.08",
+            _SLURM_CONF_OLD + "; the NOTE 'at least 5 times larger than MessageTimeout' from "
+            "23.11.4's; NEWS § 24.05.0rc1 'Changed the default value for UnkillableStepTimeout "
+            "to 60 seconds or five times the value of MessageTimeout, whichever is greater'"),
     Setting("slurm.conf", "WaitTime", None, "≤21.08", _SLURM_CONF_OLD),
     # slurmd command line (roles/slurm_compute/templates/etc/default/slurmd.j2)
     Setting("slurmd", "--conf-server", None, "20.02",
@@ -431,6 +486,7 @@ LIST_SETTINGS = frozenset({
     ("slurm.conf", "preemptmode"),
     ("slurm.conf", "privatedata"),
     ("slurm.conf", "propagateresourcelimitsexcept"),
+    ("slurm.conf", "schedulerparameters"),
     ("slurm.conf", "selecttypeparameters"),
     ("slurm.conf", "slurmctldparameters"),
     ("slurm.conf", "taskplugin"),
@@ -512,6 +568,19 @@ def _value_entry(kind: str, key: str, item: Any) -> Setting | None:
         if text == wanted or (wanted.endswith("*") and text.startswith(wanted[:-1])):
             return entry
     return None
+
+
+def accepts(kind: str, setting: str, value: Any, version: SlurmVersion | str) -> bool:
+    """Whether Slurm ``version`` takes ``setting`` (and ``value``, one option of it) as written.
+
+    For code that chooses what to write (module_utils/slurm_scale.py), so that a release
+    gets only what the table says it accepts; what is not in the table counts as accepted.
+    """
+    release = version if isinstance(version, SlurmVersion) else SlurmVersion.parse(version)
+    entries = [_setting_entry(kind, setting)]
+    if value is not None:
+        entries.append(_value_entry(kind, setting, value))
+    return all(entry is None or entry.accepted_by(release) for entry in entries)
 
 
 def _text(value: Any) -> str:

@@ -9,6 +9,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
     SETTINGS,
     SlurmVersion,
     SlurmVersionError,
+    accepts,
     check_settings,
     distro_slurm,
 )
@@ -283,6 +284,14 @@ def test_cgroup_plugins_from_22_05(value):
     ("topology.conf", {"BlockLevels": "0-1"}, "24.11.5",
      "topology.conf BlockLevels was removed in Slurm 24.05; this controller runs Slurm 24.11: "
      "write BlockSizes instead (Slurm 24.05 and newer)"),
+    ("slurm.conf", {"SchedulerParameters": "bf_continue,defer_batch"}, "22.05.8",
+     "slurm.conf SchedulerParameters option defer_batch needs Slurm 23.02 or newer; this "
+     "controller runs Slurm 22.05: upgrade Slurm to 23.02 or newer, or write 'defer' if "
+     "salloc and srun may wait for the scheduler too"),
+    ("slurm.conf", {"SlurmctldParameters": ["enable_configless", "conmgr_threads=32"]}, "23.11",
+     "slurm.conf SlurmctldParameters option conmgr_threads=32 needs Slurm 24.11 or newer; this "
+     "controller runs Slurm 23.11: upgrade Slurm to 24.11 or newer (older releases handle RPCs "
+     "without conmgr's thread pool), or leave the option out"),
     ("slurm.conf", {"TreeWidth": 70000}, "24.11",
      "slurm.conf TreeWidth=70000 is above 65533, the most Slurm accepts: write 65533 or less"),
     ("partition", {"PartitionName": "urgent", "PriorityTier": "65534"}, "22.05",
@@ -325,7 +334,7 @@ def test_unknown_kind_is_a_programming_error():
 
 
 def test_settings_not_in_the_table_pass_through_without_a_note():
-    settings = {"SchedulerParameters": "bf_interval=30", "HealthCheckProgram": "/usr/sbin/nhc",
+    settings = {"EpilogMsgTime": 2000, "HealthCheckProgram": "/usr/sbin/nhc",
                 "SelectType": "select/linear", "TaskPlugin": ["task/cgroup", "task/foo"],
                 "MaxArraySize": 100001}
     assert check_settings("slurm.conf", settings, "21.08.5") == (settings, [])
@@ -450,3 +459,28 @@ def test_the_oldest_supported_release_is_the_oldest_shipped():
 def test_drop_marks_only_removed_options():
     dropped = {(e.setting, e.value) for e in SETTINGS if e.adapt == DROP}
     assert dropped == {("PrivateData", "cloud"), ("SlurmctldParameters", "cloud_reg_addrs")}
+
+
+# What a caller choosing settings asks (module_utils/slurm_scale.py)
+
+
+@pytest.mark.parametrize(("setting", "value", "version", "accepted"), [
+    ("SchedulerParameters", "defer_batch", "22.05", False),
+    ("SchedulerParameters", "defer_batch", "23.02", True),
+    ("SchedulerParameters", "bf_window=43200", "21.08", True),
+    ("SlurmctldParameters", "conmgr_max_connections=2048", "23.11.4", False),
+    ("SlurmctldParameters", "conmgr_max_connections=2048", "24.11", True),
+    ("SlurmctldParameters", "cloud_reg_addrs", "23.11", False),
+    ("TreeWidth", None, "21.08", True),
+    ("SchedulerParameters", "bf_busy_nodes", "21.08", True),  # not in the table
+    ("MaxArraySize", None, "21.08", True),  # not in the table
+])
+def test_accepts(setting, value, version, accepted):
+    assert accepts("slurm.conf", setting, value, version) is accepted
+
+
+def test_scheduler_parameters_as_a_string_are_read_option_by_option():
+    adapted, notes = check_settings("slurm.conf",
+                                    {"SchedulerParameters": "bf_continue,max_rpc_cnt=150"},
+                                    "21.08")
+    assert adapted == {"SchedulerParameters": "bf_continue,max_rpc_cnt=150"} and notes == []
