@@ -215,6 +215,7 @@ class Gate:
         self.reservation = f"{RESERVATION_PREFIX}-{self.run_id}"
         self.run_dir = f"{settings.shared_dir}/runs/{self.run_id}"
         self.no_health: list[str] = []  # nodes without the health checker
+        self.one_gpu: list[str] = []  # nodes whose single-node bus bandwidth means nothing
         self.reserved: list[str] = []  # the reservation's nodes: under test, and partners
 
     # ---- Slurm, on the controller ------------------------------------------------------
@@ -341,6 +342,9 @@ class Gate:
             self.log(f"GPU state before and after the load not checked on "
                      f"{', '.join(self.no_health)}: no metalslurm-health there "
                      "(metalslurm:health is off)")
+        if self.one_gpu:
+            self.log(f"single-node NCCL bandwidth not judged on {', '.join(self.one_gpu)}: "
+                     "one GPU (nccl-tests' bus bandwidth is 0 for one rank)")
         for m, problem in singles:
             verdict = (judge_check(m, problem) if m.unit == PASS_FAIL_UNIT
                        else self.judge(m, history + [s for s, _ in singles]))
@@ -423,8 +427,14 @@ class Gate:
             out.append((self.measurement(n, "dcgm_diag", gpu, failed, PASS_FAIL_UNIT,
                                          error),
                         problem))
-            figure, error = self.nccl_figure(files, f"{n}/nccl_1node")
-            out.append((self.measurement(n, "nccl_1node", gpu, figure, "GB/s", error), ""))
+            # nccl-tests' bus bandwidth is algbw x 2(n-1)/n: 0 for one rank, whatever the GPU
+            # does (recorded on an H200, tests/fixtures/accept/*-1xh200-*). A one-GPU node's
+            # NVLink has nothing to show; its GPU is still read by DCGM and the health checks.
+            if self.nodes[n].gpus == 1:
+                self.one_gpu.append(n)
+            else:
+                figure, error = self.nccl_figure(files, f"{n}/nccl_1node")
+                out.append((self.measurement(n, "nccl_1node", gpu, figure, "GB/s", error), ""))
             health = self.health_measurement(n, files)
             if health is not None:
                 out.append(health)

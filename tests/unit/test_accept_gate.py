@@ -248,6 +248,24 @@ def test_without_the_health_checker_the_gpu_state_is_not_judged_and_the_run_says
             "gpu-004: no metalslurm-health there (metalslurm:health is off)") in g.said
 
 
+def test_a_one_gpu_node_is_not_judged_on_single_node_bus_bandwidth(controller):
+    """all_reduce_perf -g 1 prints busbw 0.00 on a real GPU (tests/fixtures/accept/
+    all_reduce_perf-2.13.6-1xh200-8B-1G.txt): a one-GPU node would fail any floor. Its
+    single-node figure is left out; DCGM, the health checks and the pairs still judge it."""
+    nodes = {**NODES, "gpu-002": GateNode("gpu-002", "10.0.0.2", "h100", 1)}
+    log: list[str] = []
+    g = Gate(controller, GateSettings(hcas=("mlx5_0", "mlx5_1"), timeouts={
+        "dcgm": 30, "nccl": 30, "ib_write_bw": 10}), nodes, log=log.append, poll=0,
+        clock=lambda: NOW)
+    result = g.run(None)
+    assert (result.passed, result.drained) == (list(NODES), {})
+    tests = {(r["node"], r["test"]) for r in controller.history()}
+    assert ("gpu-002", "nccl_1node") not in tests and ("gpu-001", "nccl_1node") in tests
+    assert ("gpu-002", "dcgm_diag") in tests and ("gpu-002", "gpu_health") in tests
+    assert ("single-node NCCL bandwidth not judged on gpu-002: one GPU (nccl-tests' bus "
+            "bandwidth is 0 for one rank)") in log
+
+
 def test_nodes_that_only_fail_together_stay_drained_as_inconclusive(controller):
     # gpu-003 and gpu-004 are drained too (waiting for the gate): no node is in service.
     controller.knob("gpu-001", ib={"mlx5_0": 0.5})
