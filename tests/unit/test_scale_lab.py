@@ -1,0 +1,205 @@
+"""The scale lab's pure parts (bench/scale): the rendered slurm.conf turned into the lab's,
+sdiag's text (a recording from the lab, tests/fixtures/slurm/README-sdiag.md), the placement
+judgement against topology.conf, and the command line's refusals. The lab itself runs in
+tests/e2e/test_scale_lab.py and as the benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.scale import __main__ as cli
+from bench.scale import lab, placement
+
+REPO = Path(__file__).resolve().parents[2]
+SDIAG = REPO / "tests/fixtures/slurm/sdiag-24.11.5-scalelab.txt"
+
+RENDERED = """\
+# Managed by Ansible
+ClusterName=metalslurm
+SlurmctldHost=ctl(10.77.0.10)
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+TaskPlugin=task/cgroup,task/affinity
+HealthCheckProgram=/usr/local/sbin/metalslurm-health
+TreeWidth=23
+
+# Nodes
+NodeName=gpu-[0001-0003] NodeAddr=10.77.0.11 CPUs=224 RealMemory=2002018 Gres=gpu:h100:8
+NodeName=gpu-0010 CPUs=224 Gres=gpu:h100:8 State=UNKNOWN
+
+# Partitions
+PartitionName=train Default=YES Nodes=gpu-[0001-0003,0010] State=UP
+"""
+
+
+def test_lab_conf_gives_each_node_its_own_port_and_keeps_its_attributes():
+    conf, nodes = lab.lab_slurm_conf(RENDERED)
+    assert nodes == ["gpu-0001", "gpu-0002", "gpu-0003", "gpu-0010"]
+    node_lines = [x for x in conf.splitlines() if x.startswith("NodeName=")]
+    assert node_lines == [
+        "NodeName=gpu-0001 NodeHostname=localhost NodeAddr=127.0.0.1 Port=20001 CPUs=224 "
+        "RealMemory=2002018 Gres=gpu:h100:8",
+        "NodeName=gpu-0002 NodeHostname=localhost NodeAddr=127.0.0.1 Port=20002 CPUs=224 "
+        "RealMemory=2002018 Gres=gpu:h100:8",
+        "NodeName=gpu-0003 NodeHostname=localhost NodeAddr=127.0.0.1 Port=20003 CPUs=224 "
+        "RealMemory=2002018 Gres=gpu:h100:8",
+        "NodeName=gpu-0010 NodeHostname=localhost NodeAddr=127.0.0.1 Port=20004 CPUs=224 "
+        "Gres=gpu:h100:8 State=UNKNOWN"]
+
+
+def test_lab_conf_changes_only_the_simulation_settings_and_says_so():
+    conf, _ = lab.lab_slurm_conf(RENDERED)
+    settings = lab.settings_of(conf)
+    assert settings["SlurmctldHost"] == "ctl(127.0.0.1)"
+    assert settings["SlurmdSpoolDir"] == "/var/lib/slurm/slurmd/%n"
+    assert settings["TaskPlugin"] == "task/none"
+    assert settings["HealthCheckProgram"] == "/bin/true"
+    # Not in the rendered file: added before the nodes.
+    assert settings["SlurmdParameters"] == "config_overrides"
+    assert settings["ProctrackType"] == "proctrack/linuxproc"
+    # Everything else as rendered, and each replaced line kept as a comment.
+    assert settings["TreeWidth"] == "23" and settings["ClusterName"] == "metalslurm"
+    assert "# scale lab: TaskPlugin=task/cgroup,task/affinity" in conf
+    assert "PartitionName=train Default=YES Nodes=gpu-[0001-0003,0010] State=UP" in conf
+
+
+def test_lab_conf_without_nodes_is_refused():
+    with pytest.raises(lab.LabError, match="no NodeName line"):
+        lab.lab_slurm_conf("ClusterName=x\n")
+
+
+def test_sdiag_recording_is_read():
+    s = lab.parse_sdiag(SDIAG.read_text())
+    assert s.counters["Jobs submitted"] == 5 and s.counters["Jobs started"] == 4
+    assert s.counters["Server thread count"] == 1
+    assert s.main["Mean cycle"] == 2713 and s.main["Max cycle"] == 5678
+    assert s.main["Total cycles"] == 5 and s.main["Hit max_rpc_cnt"] == 0
+    assert s.backfill["Mean cycle"] == 2433 and s.backfill["Total cycles"] == 1
+    assert s.backfill["Total backfilled jobs (since last slurm start)"] == 0
+    assert s.rpcs["REQUEST_SUBMIT_BATCH_JOB"] == (5, 2304)
+    assert s.rpcs["MESSAGE_NODE_REGISTRATION_STATUS"] == (142, 70)
+    assert len(s.rpcs) == 7  # the by-user section is not read as message types
+    assert lab.top_rpcs(s, 2) == [("MESSAGE_NODE_REGISTRATION_STATUS", 142, 70),
+                                  ("REQUEST_COMPLETE_PROLOG", 81, 55)]
+
+
+def test_sdiag_refuses_other_text():
+    with pytest.raises(lab.LabError, match="not sdiag's output"):
+        lab.parse_sdiag("slurm_load_partitions: Unable to contact slurm controller\n")
+
+
+TREE = """\
+SwitchName=leaf1 Nodes=n[01-04]
+SwitchName=leaf2 Nodes=n[05-08]
+SwitchName=leaf3 Nodes=n[09-10]
+SwitchName=spine Switches=leaf[1-3]
+"""
+BLOCK = "BlockName=b1 Nodes=n[01-04]\nBlockName=b2 Nodes=n[05-08]\nBlockSizes=4,8\n"
+
+
+def test_leaf_groups_from_tree_and_block_files():
+    assert placement.leaf_groups(TREE) == {
+        "leaf1": ("n01", "n02", "n03", "n04"), "leaf2": ("n05", "n06", "n07", "n08"),
+        "leaf3": ("n09", "n10")}
+    assert placement.leaf_groups(BLOCK) == {"b1": ("n01", "n02", "n03", "n04"),
+                                            "b2": ("n05", "n06", "n07", "n08")}
+
+
+def test_fewest_groups_takes_the_largest_free_first():
+    assert placement.fewest_groups({"a": 4, "b": 1, "c": 3}, 4) == 1
+    assert placement.fewest_groups({"a": 2, "b": 1, "c": 3}, 4) == 2
+    assert placement.fewest_groups({"a": 2, "b": 1}, 4) == 0
+
+
+def test_judge_a_switches_job_must_stay_on_one_leaf():
+    groups = placement.leaf_groups(TREE)
+    free = {"leaf1": 4, "leaf2": 4, "leaf3": 2}
+    one = placement.Case("one", 3, switches=True)
+    assert placement.judge(one, ["n05", "n06", "n07"], groups, free, "tree") == (
+        ("leaf2",), 1, True)
+    assert placement.judge(one, ["n04", "n05", "n06"], groups, free, "tree") == (
+        ("leaf1", "leaf2"), 1, False)
+
+
+def test_judge_a_large_job_may_span_only_the_fewest_leaves():
+    groups = placement.leaf_groups(TREE)
+    free = {"leaf1": 1, "leaf2": 4, "leaf3": 2}
+    six = placement.Case("six", 6)
+    assert placement.judge(six, ["n05", "n06", "n07", "n08", "n09", "n10"], groups, free,
+                           "tree") == (("leaf2", "leaf3"), 2, True)
+    assert placement.judge(six, ["n04", "n05", "n06", "n07", "n09", "n10"], groups, free,
+                           "tree")[2] is False
+    # a node list shorter than asked is not as intended either
+    assert placement.judge(six, ["n05", "n06"], groups, free, "tree")[2] is False
+
+
+def test_judge_block_jobs_up_to_a_block_stay_in_one():
+    groups = placement.leaf_groups(BLOCK)
+    free = {"b1": 4, "b2": 4}
+    three = placement.Case("three", 3)
+    assert placement.judge(three, ["n02", "n03", "n04"], groups, free, "block")[1:] == (1, True)
+    assert placement.judge(three, ["n04", "n05", "n06"], groups, free, "block")[2] is False
+
+
+def test_judge_names_nodes_outside_the_topology():
+    with pytest.raises(lab.LabError, match="in no group"):
+        placement.judge(placement.Case("x", 1), ["zz"], placement.leaf_groups(TREE), {}, "tree")
+
+
+def test_cases_fit_what_is_left():
+    groups = {f"l{i}": tuple(f"n{i}-{k}" for k in range(32)) for i in range(8)}
+    cases = placement.cases_for(groups, 256)
+    assert [(c.nodes, c.switches) for c in cases] == [
+        (32, True), (16, True), (16, True), (80, False), (48, False)]
+    assert sum(c.nodes for c in cases) <= 256
+
+
+def test_synthetic_tree_has_units_of_32_in_tree_and_block_form():
+    nodes, topos = cli.synthetic_topologies(128)
+    assert nodes[0] == "gpu-0001" and nodes[-1] == "gpu-0128"
+    tree = placement.leaf_groups(topos["tree"])
+    assert sorted(len(m) for m in tree.values()) == [32, 32, 32, 32]
+    assert tree == placement.leaf_groups(topos["block"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--nodes", "12x"], "--nodes: '12x' is not a comma-separated list"),
+    (["--nodes", "16"], "--nodes: each count must be between 32 and 4096"),
+    (["--nodes", ""], "--nodes: each count must be between 32"),
+    (["--jobs", "0"], "--jobs: must be between 1 and 100000, not 0"),
+    (["--users", "9"], "--users: must be between 1 and 4, not 9"),
+])
+def test_cli_refuses_bad_input_in_one_line(argv, message, capsys, tmp_path):
+    assert cli.main([*argv, "--out", str(tmp_path / "o"), "--plots", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_an_unwritable_out(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["--out", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out/--plots:") and err.count("\n") == 1
+
+
+def test_judge_block_jobs_larger_than_a_block_stay_in_one_aligned_segment():
+    four = "".join(f"BlockName=b{i} Nodes=n{i}[1-4]\n" for i in range(1, 5))
+    groups = placement.leaf_groups(four)
+    free = dict.fromkeys(groups, 4)
+    six = placement.Case("six", 6)
+    assert placement.segment_blocks(4, 6) == 2 and placement.segment_blocks(4, 9) == 4
+    assert placement.judge(six, ["n11", "n12", "n13", "n14", "n21", "n22"], groups, free,
+                           "block") == (("b1", "b2"), 2, True)
+    assert placement.judge(six, ["n31", "n32", "n33", "n34", "n41", "n42"], groups, free,
+                           "block")[2] is True
+    # b2 and b3 are two blocks, but not one aligned segment of two
+    assert placement.judge(six, ["n21", "n22", "n23", "n24", "n31", "n32"], groups, free,
+                           "block")[2] is False
+
+
+def test_block_cases_are_in_blocks_of_the_smallest_block():
+    groups = {f"b{i}": tuple(f"n{i}-{k}" for k in range(32)) for i in range(8)}
+    assert [c.nodes for c in placement.cases_for(groups, 256, "block")] == [32, 16, 16, 125, 63]
