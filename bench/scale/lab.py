@@ -152,27 +152,14 @@ def settings_of(conf: str) -> dict[str, str]:
 def lab_inventory(nodes: Sequence[str], plugin: str) -> dict[str, Any]:
     """The default local stack's inventory (tests/unit/test_render.py) with ``nodes`` as its
     static 8-GPU H100 compute nodes in every partition, no slurmdbd and no REST API."""
-    from tests.unit.test_render import NODE_OPTIONS, fixture_inventory
+    from tests.unit.test_render import inventory_with_nodes
 
-    inventory = fixture_inventory()
+    inventory = inventory_with_nodes(list(nodes))
     top = inventory["all"]
-    template = {k: v for k, v in top["hosts"]["gpu-001"].items()
-                if k not in ("test_node_facts", "metalslurm_power")}
-    for name in [h for h in top["hosts"] if h.startswith("gpu-")]:
-        del top["hosts"][name]
-    for i, name in enumerate(nodes):
-        address = f"10.77.{4 + i // 250}.{10 + i % 250}"
-        top["hosts"][name] = {**template, "ansible_host": address, "metalslurm_address": address,
-                              "metalslurm_node_state": "static",
-                              "metalslurm_node_options": NODE_OPTIONS}
-    top["children"]["slurm_compute"]["hosts"] = dict.fromkeys(nodes)
     top["children"].pop("slurmdbd", None)
-    top["vars"]["metalslurm_private_cidr"] = "10.77.0.0/16"
     top["vars"]["metalslurm_rest"] = {"enabled": False}
     top["vars"]["metalslurm_topology"] = {**top["vars"]["metalslurm_topology"],
                                           "source": "ibnetdiscover", "plugin": plugin}
-    for partition in top["vars"]["metalslurm_partitions"]:
-        partition["nodes"] = list(nodes)
     return inventory
 
 

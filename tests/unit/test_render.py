@@ -67,6 +67,31 @@ def fixture_inventory() -> dict:
     return inventory
 
 
+def inventory_with_nodes(names: list[str], static: int | None = None) -> dict:
+    """The fixture inventory with ``names`` as its compute nodes, in every partition: the
+    first ``static`` static (all of them when None), the rest elastic; all described by
+    metalslurm_node_options (no facts to set on a thousand hosts)."""
+    inventory = fixture_inventory()
+    top = inventory["all"]
+    template = {k: v for k, v in top["hosts"]["gpu-001"].items()
+                if k not in ("test_node_facts", "metalslurm_power")}
+    for name in [h for h in top["hosts"] if h.startswith("gpu-")]:
+        del top["hosts"][name]
+    static = len(names) if static is None else static
+    for i, name in enumerate(names):
+        address = f"10.77.{4 + i // 250}.{10 + i % 250}"
+        top["hosts"][name] = {**template, "ansible_host": address, "metalslurm_address": address,
+                              "metalslurm_node_state": "static" if i < static else "cloud",
+                              "metalslurm_power": {"driver": "local",
+                                                   "container": f"metalslurm-{name}"},
+                              "metalslurm_node_options": NODE_OPTIONS}
+    top["children"]["slurm_compute"]["hosts"] = dict.fromkeys(names)
+    top["vars"]["metalslurm_private_cidr"] = "10.77.0.0/16"
+    for partition in top["vars"]["metalslurm_partitions"]:
+        partition["nodes"] = list(names)
+    return inventory
+
+
 def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | None = None,
                static_prolog: bool = False, inventory: dict | None = None,
                node_facts: bool = True) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 )
 
 from tests.unit.test_render import (
-    NODE_OPTIONS,
-    fixture_inventory,
+    inventory_with_nodes,
     lines,
     run_render,
     settings,
@@ -38,26 +37,8 @@ TUNED_KEYS = ("MaxJobCount", "MessageTimeout", "SchedulerParameters", "Slurmctld
 
 
 def large_inventory() -> dict:
-    """The fixture inventory with 1,024 compute nodes: the first 512 static, the rest elastic;
-    all described by metalslurm_node_options (no facts to set on a thousand hosts)."""
-    inventory = fixture_inventory()
-    top = inventory["all"]
-    template = {k: v for k, v in top["hosts"]["gpu-001"].items()
-                if k not in ("test_node_facts", "metalslurm_power")}
-    for name in [h for h in top["hosts"] if h.startswith("gpu-")]:
-        del top["hosts"][name]
-    for i, name in enumerate(HOSTS):
-        address = f"10.77.{4 + i // 250}.{10 + i % 250}"
-        top["hosts"][name] = {**template, "ansible_host": address, "metalslurm_address": address,
-                              "metalslurm_node_state": "static" if i < STATIC else "cloud",
-                              "metalslurm_power": {"driver": "local",
-                                                   "container": f"metalslurm-{name}"},
-                              "metalslurm_node_options": NODE_OPTIONS}
-    top["children"]["slurm_compute"]["hosts"] = dict.fromkeys(HOSTS)
-    top["vars"]["metalslurm_private_cidr"] = "10.77.0.0/16"
-    for partition in top["vars"]["metalslurm_partitions"]:
-        partition["nodes"] = list(HOSTS)
-    return inventory
+    """The fixture inventory with 1,024 compute nodes: the first 512 static, the rest elastic."""
+    return inventory_with_nodes(HOSTS, STATIC)
 
 
 def render(out: Path, releases: tuple[str, ...], extra_vars: dict | None = None) -> Path:
