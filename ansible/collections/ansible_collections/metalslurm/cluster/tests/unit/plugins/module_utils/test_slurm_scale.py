@@ -113,9 +113,19 @@ def test_backfill_interval_by_band(nodes, bf_interval):
 def test_scheduler_limits_above_64_nodes(nodes):
     options = scheduler(tune(nodes, "22.05"))
     assert {k: options[k] for k in ("bf_continue", "bf_max_job_test", "bf_max_job_user",
-                                    "partition_job_depth", "sched_min_interval")} == {
+                                    "partition_job_depth")} == {
         "bf_continue": "", "bf_max_job_test": "1000", "bf_max_job_user": "100",
-        "partition_job_depth": "500", "sched_min_interval": "2000000"}
+        "partition_job_depth": "500"}
+
+
+@pytest.mark.parametrize(("nodes", "throttled"), [
+    (65, False), (512, False), (513, True), (1024, True), (4096, True)])
+def test_scheduling_passes_are_throttled_only_above_512_nodes(nodes, throttled):
+    """The scale lab measured sched_min_interval and defer_batch slowing bursts at 128 and
+    512 nodes and helping a little at 1,024 (docs/scale-lab.md)."""
+    options = scheduler(tune(nodes, "24.11"))
+    assert options.get("sched_min_interval") == ("2000000" if throttled else None)
+    assert ("defer_batch" in options) is throttled
 
 
 # Releases
