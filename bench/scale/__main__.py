@@ -22,12 +22,12 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     topology_fabric,
 )
 
+from bench.bench_topology import SUPERPOD, superpod_nodes
 from bench.scale import lab as scale_lab
 from bench.scale import placement
 from tests.synthetic_fabric import synthetic_fat_tree
 
 REPO = Path(__file__).resolve().parents[2]
-SUPERPOD = REPO / "tests/fixtures/ib/dgx-h100-superpod.ibnetdiscover"
 MAX_NODES = 4096
 
 
@@ -64,11 +64,10 @@ def synthetic_topologies(count: int) -> tuple[list[str], dict[str, str]]:
 
 
 def recording_topologies() -> tuple[list[str], dict[str, str]]:
+    """The SuperPOD recording's DGX hosts and their topology.conf, tree and block."""
     text = SUPERPOD.read_text()
-    fabric = ibnetdiscover.parse_ibnetdiscover(text)
-    hosts = {ibnetdiscover.host_of(ca.description) for ca in fabric.cas.values()}
-    nodes = sorted(h for h in hosts if h and "-dgx-" in h)
-    found = topology_fabric.tree_from_fabric(fabric, nodes)
+    nodes = superpod_nodes(text)
+    found = topology_fabric.tree_from_fabric(ibnetdiscover.parse_ibnetdiscover(text), nodes)
     return nodes, {plugin: topology_conf.render_topology_conf(found.topology, plugin)
                    for plugin in ("tree", "block")}
 

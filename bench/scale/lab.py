@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +257,6 @@ class Lab:
     log: Log = print
     image: str = ""
     nodes: tuple[str, ...] = ()
-    timings: dict[str, float] = field(default_factory=dict)
 
     def start(self, rendered: Rendered, timeout: float | None = None) -> float:
         """Start slurmctld and every slurmd; seconds until sinfo shows every node idle."""
@@ -313,10 +312,6 @@ class Lab:
                                                                       script]
         return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-
-    def reconfigure(self, rendered: Rendered) -> None:
-        """Replace slurm.conf and topology.conf and restart the whole lab with them."""
-        self.start(rendered)
 
     def stop(self) -> None:
         remove_containers([CONTAINER])
