@@ -2,7 +2,8 @@
 real slurmd, under the real slurmctld of Slurm 24.11 in one container, configured with the
 slurm.conf and gres.conf the controller role renders for 256 nodes and the topology.conf
 the topology code makes of a synthetic rail-optimized fat tree (8 units of 32). Jobs land as
-the tree and the blocks promise; a burst of 1,000 jobs from four users all runs.
+the tree promises; a burst of 1,000 jobs from four users all runs. Block placement (a restart
+with topology/block, about 35 s) is left to the benchmark, to keep CI under its budget.
 
 It needs no local cluster and shares nothing with one (its own container and image); the
 full lab (128 to 1,024 nodes, 10,000 jobs, before and after the size tuning) is the benchmark.
@@ -77,17 +78,6 @@ def test_tree_placement_keeps_units_on_one_leaf_and_spans_the_fewest(lab, topolo
     assert set(unit.nodes) == set(groups[unit.spanned[0]])          # a whole leaf
     assert half.spanned == other.spanned and unit.spanned != half.spanned  # best fit
     assert (len(large.spanned), len(mid.spanned)) == (3, 2)
-
-
-def test_block_placement_keeps_jobs_in_a_block_or_an_aligned_segment(lab, work, topologies):
-    nodes, topos = topologies
-    rendered = scale_lab.render(work, nodes, topos["block"], "block", tuning=True)
-    assert "TopologyPlugin=topology/block" in rendered.slurm_conf
-    lab.start(rendered)
-    cases = placement.cases_for(placement.leaf_groups(topos["block"]), NODES, "block")
-    results = placement.run_cases(lab, topos["block"], "block", cases)
-    assert [r.line() for r in results if not r.ok] == []
-    assert [len(r.spanned) for r in results] == [1, 1, 1, 4, 2]
 
 
 def test_a_burst_of_short_jobs_from_four_users_all_runs(lab):
