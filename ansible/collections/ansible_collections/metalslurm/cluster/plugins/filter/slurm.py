@@ -14,10 +14,36 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
 )
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
     filter_errors,
-    hostvar,
+    host_view,
+    var_of,
 )
 
 slurm_errors = filter_errors(slurmconf.SlurmConfError)
+
+# What the filters below read of a compute node (and of its facts): compute_view copies it
+# once per node, so that the slurm_controller role reads each node's variables once a run.
+VIEW_VARS = ("metalslurm_node_options", "metalslurm_gpu_count", "metalslurm_gpu_type",
+             "metalslurm_node_state", "metalslurm_node")
+VIEW_FACTS = ("processor_count", "processor_cores", "processor_threads_per_core", "memtotal_mb")
+_ABSENT = object()
+
+
+def compute_view(hosts: list[str], hostvars: Any) -> dict[str, dict[str, Any]]:
+    """host -> the variables of it that slurm_nodes, gpu_facts, gres_records and
+    hosts_where read (VIEW_VARS, and VIEW_FACTS of its ansible_facts), undefined ones left
+    out. The filters take it in place of ``hostvars``: each ``hostvars[host]`` makes Ansible
+    merge every variable of the host again, and the role's lazy vars would do that for each
+    node every time they are used (at 1,024 nodes, 11 s of a 15 s render; docs/scale-lab.md)."""
+    view: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        host = host_view(hostvars, h)
+        node = {k: v for k in VIEW_VARS if (v := var_of(host, k, _ABSENT)) is not _ABSENT}
+        facts = var_of(host, "ansible_facts", {}) or {}
+        picked = {k: facts[k] for k in VIEW_FACTS if k in facts}
+        if picked:
+            node["ansible_facts"] = picked
+        view[h] = node
+    return view
 
 
 @slurm_errors
@@ -25,15 +51,17 @@ def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3
     """NodeName records for slurm.conf from inventory vars and gathered facts."""
     records = []
     for h in hosts:
-        def fact(name: str, host: str = h) -> Any:
-            value = (hostvar(hostvars, host, "ansible_facts", {}) or {}).get(name)
+        view = host_view(hostvars, h)
+
+        def fact(name: str, host: str = h, view: Any = view) -> Any:
+            value = (var_of(view, "ansible_facts", {}) or {}).get(name)
             if value is None:
                 raise AnsibleFilterError(
                     f"slurm.conf needs fact ansible_facts.{name} of compute host {host}: "
                     "run the whole playbook (facts are gathered on every node) or set it "
                     "in metalslurm_node_options")
             return value
-        options = dict(hostvar(hostvars, h, "metalslurm_node_options", {}) or {})
+        options = dict(var_of(view, "metalslurm_node_options", {}) or {})
         record: dict[str, Any] = {"NodeName": h}
         if not {"CPUs", "Sockets", "RealMemory"} <= options.keys():
             record.update({
@@ -43,10 +71,10 @@ def slurm_nodes(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3
                 "RealMemory": int(fact("memtotal_mb")) * (100 - memory_reserve_percent)
                 // 100,
             })
-        gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        gpus = int(var_of(view, "metalslurm_gpu_count", 0) or 0)
         if gpus:
-            record["Gres"] = f"gpu:{hostvar(hostvars, h, 'metalslurm_gpu_type')}:{gpus}"
-        state = hostvar(hostvars, h, "metalslurm_node_state", "static")
+            record["Gres"] = f"gpu:{var_of(view, 'metalslurm_gpu_type')}:{gpus}"
+        state = var_of(view, "metalslurm_node_state", "static")
         record["State"] = "CLOUD" if state == "cloud" else "UNKNOWN"
         if state == "cloud":
             # Jobs fill nodes that are already on first (lowest Weight first).
@@ -78,7 +106,7 @@ def gpu_facts(hosts: list[str], hostvars: Any, cached: dict | None = None) -> di
     a node that is not up now); hosts with neither are left out."""
     found = {}
     for h in hosts:
-        gpus = (hostvar(hostvars, h, "metalslurm_node") or {}).get("gpus") or \
+        gpus = (var_of(host_view(hostvars, h), "metalslurm_node") or {}).get("gpus") or \
             (cached or {}).get(h)
         if gpus:
             found[h] = list(gpus)
@@ -94,10 +122,11 @@ def gres_records(hosts: list[str], hostvars: Any,
     /dev/nvidiaN files."""
     records = []
     for h in hosts:
-        gpus = int(hostvar(hostvars, h, "metalslurm_gpu_count", 0) or 0)
+        view = host_view(hostvars, h)
+        gpus = int(var_of(view, "metalslurm_gpu_count", 0) or 0)
         if not gpus:
             continue
-        gtype = hostvar(hostvars, h, "metalslurm_gpu_type")
+        gtype = var_of(view, "metalslurm_gpu_type")
         facts = (gpus_of or {}).get(h)
         if facts and len(facts) == gpus:
             records.extend(gpu.gres_gpu_records(h, facts, gtype))
@@ -170,9 +199,39 @@ def fit_slurm_release(files: dict[str, Any], version: str) -> dict[str, Any]:
     return fitted
 
 
+@slurm_errors
+def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int = 3,
+                    cached_gpus: dict | None = None) -> dict[str, Any]:
+    """Everything slurm.conf and gres.conf take from the compute nodes, in one pass over
+    :func:`compute_view`: ``nodes`` (NodeName records), ``cloud`` and ``static`` hosts,
+    ``has_gpus``, ``gpu_types``, ``gpus`` (:func:`gpu_facts`), ``gres`` (gres.conf records)
+    and ``job_prolog`` (the hosts whose metalslurm_node says the prolog is installed).
+
+    The slurm_controller role works it out once a run (tasks/render.yml) and its vars read
+    it. Its lazy vars, each reading the nodes' hostvars, were evaluated again every time a
+    setting used them (Ansible renders a dict's values again at each ``combine``): at 1,024
+    nodes that was 10 of the render's 15 s (docs/scale-lab.md)."""
+    view = compute_view(hosts, hostvars)
+    cloud = [h for h in hosts if view[h].get("metalslurm_node_state") == "cloud"]
+    gpus = gpu_facts(hosts, view, cached_gpus)
+    return {
+        "nodes": slurm_nodes(hosts, view, memory_reserve_percent),
+        "cloud": cloud,
+        "static": [h for h in hosts if h not in set(cloud)],
+        "has_gpus": any(int(view[h].get("metalslurm_gpu_count") or 0) > 0 for h in hosts),
+        "gpu_types": sorted({str(t) for h in hosts if (t := view[h].get("metalslurm_gpu_type"))}),
+        "gpus": gpus,
+        "gres": gres_records(hosts, view, gpus),
+        "job_prolog": [h for h in hosts
+                       if isinstance(view[h].get("metalslurm_node"), dict)
+                       and "job_prolog" in view[h]["metalslurm_node"]],
+    }
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "compute_summary": compute_summary,
             "slurm_nodes": slurm_nodes,
             "gpu_facts": gpu_facts,
             "gres_records": gres_records,

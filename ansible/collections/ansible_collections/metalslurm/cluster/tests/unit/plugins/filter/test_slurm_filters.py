@@ -110,3 +110,42 @@ def test_gres_records_take_live_gpu_facts_then_the_controllers_cache_then_the_co
         ("gpu-002", "/dev/nvidia[0-7]", None),
         ("gpu-003", "/dev/nvidia[0-3]", "0-55"), ("gpu-003", "/dev/nvidia[4-7]", "56-111"),
         ("gpu-004", "/dev/nvidia[0-7]", None)]
+
+
+class CountingHostvars(dict):
+    """hostvars that count their lookups: each one makes Ansible merge a host's variables."""
+
+    looked_up = 0
+
+    def __getitem__(self, host):
+        CountingHostvars.looked_up += 1
+        return super().__getitem__(host)
+
+
+def test_compute_summary_reads_each_node_once_and_gives_what_the_files_take():
+    hostvars = CountingHostvars({
+        "gpu-001": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100",
+                        metalslurm_node={"job_prolog": "/usr/local/sbin/metalslurm-prolog"}),
+        "gpu-002": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h200",
+                        metalslurm_node_state="cloud"),
+        "cpu-001": {"metalslurm_node_options": {"CPUs": 4, "RealMemory": 1000, "Sockets": 1},
+                    "metalslurm_node": {"gpus": []}},
+    })
+    CountingHostvars.looked_up = 0
+    hosts = ["gpu-001", "gpu-002", "cpu-001"]
+    summary = filters.compute_summary(hosts, hostvars, 3, {"gpu-002": ["cached"]})
+    assert CountingHostvars.looked_up == 3
+    assert summary["nodes"] == filters.slurm_nodes(hosts, hostvars, 3)
+    assert (summary["cloud"], summary["static"]) == (["gpu-002"], ["gpu-001", "cpu-001"])
+    assert (summary["has_gpus"], summary["gpu_types"]) == (True, ["h100", "h200"])
+    assert summary["gpus"] == {"gpu-002": ["cached"]}
+    assert summary["gres"] == filters.gres_records(hosts, hostvars, summary["gpus"])
+    assert summary["job_prolog"] == ["gpu-001"]
+
+
+def test_compute_view_keeps_only_the_facts_the_records_need():
+    view = filters.compute_view(["gpu-001"], {"gpu-001": dict(
+        ansible_facts=dict(FACTS["ansible_facts"], mounts=["big"], interfaces=["many"]),
+        metalslurm_gpu_count=8, unrelated="x")})
+    assert view == {"gpu-001": {"metalslurm_gpu_count": 8,
+                                "ansible_facts": FACTS["ansible_facts"]}}
