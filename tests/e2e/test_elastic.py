@@ -54,6 +54,9 @@ def test_a_failed_resume_returns_the_node_to_the_pool_and_the_job_runs_after_a_r
         # Back in the pool, powered down: not DOWN or DRAINED for a person to find.
         wait_for("gpu-004 to be back in the pool",
                  lambda: cluster.slurm_state("gpu-004") == "idle~", timeout=90)
+        # ... after the role's default 3 power-on calls (slurm_elastic_power_on_attempts).
+        failures = cluster.power_events("power_on", "gpu-004", ok=False)
+        assert len(failures) - failures_before == 3
     finally:
         subprocess.run(["podman", "rename", away, node], check=True)
     # The job was requeued when its node went back to the pool.

@@ -11,7 +11,9 @@ containers).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -180,6 +182,19 @@ def test_config_problems_are_all_listed() -> None:
         assert expected in text
 
 
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("power_on_attempts", 0, "power_on_attempts: must be an integer >= 1, got 0"),
+    ("power_on_attempts", "3", "power_on_attempts: must be an integer >= 1, got '3'"),
+    ("power_on_attempts", True, "power_on_attempts: must be an integer >= 1, got True"),
+    ("status_batches", 0, "status_batches: must be an integer >= 1, got 0"),
+    ("power_on_retry_delay", -1, "power_on_retry_delay: must be a number of seconds >= 0"),
+])
+def test_bad_retry_and_batch_settings_are_refused(key: str, value: object, message: str) -> None:
+    raw = {"stuck_after": 60, "orphan_after": 60, key: value}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(raw)
+
+
 def test_a_config_without_the_providers_times_is_refused() -> None:
     """stuck_after and orphan_after depend on the provider's machines: the program has no
     default for them (their owner is module_utils/elastic.py; the role writes them)."""
@@ -244,6 +259,88 @@ def test_one_failed_node_does_not_touch_the_others(tmp_path: Path, fake: FakeSlu
     assert all(u[1] == "nodename=gpu-002" for u in fake.updates())
     assert ("off-force", ["gpu-002"]) in RecordingDriver.batches
     assert fake.states()["gpu-001"] == "IDLE+CLOUD+POWERING_UP"
+
+
+class FlakyDriver(RecordingDriver):
+    """Fails a node's first ``times`` power-on calls (a BMC that times out), then works."""
+
+    def __init__(self, params, flaky: dict[str, int]):
+        super().__init__(params)
+        self.left = dict(flaky)
+
+    def power_on(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        self.batches.append(("on", list(nodes)))
+        out = {}
+        for n in nodes:
+            if self.left.get(n, 0) > 0:
+                self.left[n] -= 1
+                out[n] = NodeResult.failed(n, "BMC timed out")
+            else:
+                out[n] = self._result(n, ON)
+        return out
+
+
+def test_a_power_on_that_fails_once_is_tried_again_and_no_job_is_requeued(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """Returning a node requeues its job (two minutes' BeginTime, then ResumeRate again):
+    a BMC that times out once must cost a retry, not that."""
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP", "gpu-002": "IDLE+CLOUD+POWERING_UP"})
+    RecordingDriver.batches = []
+    slept: list[float] = []
+    ctx = context(tmp_path, fake, local_nodes("gpu-001", "gpu-002"),
+                  FlakyDriver({}, {"gpu-002": 1}), power_on_retry_delay=7)
+    ctx.sleep = slept.append
+    assert actions.resume(ctx, ["gpu-001", "gpu-002"]) == 0
+    assert RecordingDriver.batches == [("on", ["gpu-001", "gpu-002"]), ("on", ["gpu-002"])]
+    assert slept == [7.0]
+    assert fake.updates() == []  # nothing returned to the pool
+    retry = [e for e in read_log(tmp_path / "power.log") if e["event"] == "power_on_retry"]
+    assert [(e["nodes"], e["attempt"], e["of"], e["errors"]) for e in retry] == [
+        (["gpu-002"], 2, 3, ["BMC timed out"])]
+
+
+@pytest.mark.parametrize(("attempts", "calls"), [(1, 1), (3, 3)])
+def test_a_node_that_keeps_failing_is_returned_after_its_attempts(
+        tmp_path: Path, fake: FakeSlurm, attempts: int, calls: int) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP"})
+    RecordingDriver.batches = []
+    ctx = context(tmp_path, fake, local_nodes("gpu-001"), FlakyDriver({}, {"gpu-001": 99}),
+                  power_on_attempts=attempts)
+    assert actions.resume(ctx, ["gpu-001"]) == 1
+    assert [b for b in RecordingDriver.batches if b[0] == "on"] == [("on", ["gpu-001"])] * calls
+    assert fake.states() == {"gpu-001": "IDLE+CLOUD+POWERED_DOWN"}
+
+
+class SlowStatusDriver(RecordingDriver):
+    """Counts how many status batches run at once."""
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+
+    def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.2)
+        with self.lock:
+            self.running -= 1
+        return {n: NodeResult(n, True, power=OFF) for n in nodes}
+
+
+@pytest.mark.parametrize(("status_batches", "most"), [(1, 1), (3, 3)])
+def test_status_batches_are_read_several_at_a_time_and_power_actions_never(
+        tmp_path: Path, fake: FakeSlurm, status_batches: int, most: int) -> None:
+    names = [f"gpu-{i:03d}" for i in range(1, 9)]  # 4 batches of 2
+    driver = SlowStatusDriver({})
+    ctx = context(tmp_path, fake, local_nodes(*names), driver, status_batches=status_batches)
+    results = actions.call_driver(ctx, "status", names)
+    assert sorted(results) == names and all(r.power == OFF for r in results.values())
+    assert driver.most == most
+    RecordingDriver.batches = []
+    actions.call_driver(ctx, "power_off", names)
+    assert [b[1] for b in RecordingDriver.batches] == [names[i:i + 2] for i in range(0, 8, 2)]
 
 
 def test_resume_of_a_node_missing_from_the_config(tmp_path: Path, fake: FakeSlurm) -> None:

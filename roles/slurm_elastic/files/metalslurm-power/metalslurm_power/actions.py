@@ -20,6 +20,7 @@ import fcntl
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,36 +82,52 @@ def call_driver(ctx: Context, action: str, nodes: Sequence[str],
         results[node] = NodeResult.failed(node, "node has no entry in the power config")
         ctx.log.event(action, node=node, phase="driver", ok=False, error=results[node].error)
     mutating = action != "status"
-    for driver_name, group in groups.items():
-        for number, batch in enumerate(batches(group, ctx.config.batch_size), start=1):
-            if mutating and ctx.dry_run:
-                for node in batch:
-                    results[node] = NodeResult(node=node, ok=True)
-                    ctx.log.event(action, node=node, driver=driver_name, phase="driver",
-                                  ok=True, skipped="dry run")
-                continue
-            ctx.log.event("driver_start", driver=driver_name, phase="driver", action=action,
-                          batch=number, nodes=batch)
-            start = time.monotonic()
-            try:
-                driver = ctx.driver(driver_name)
-                if action == "power_on":
-                    batch_results = driver.power_on(batch)
-                elif action == "power_off":
-                    batch_results = driver.power_off(batch, force=force)
-                else:
-                    batch_results = driver.status(batch)
-            except Exception as exc:  # e.g. the driver's library is not installed
-                batch_results = {n: NodeResult.failed(n, exc) for n in batch}
-            duration = round(time.monotonic() - start, 3)
-            ctx.log.event("driver_end", driver=driver_name, phase="driver", action=action,
-                          batch=number, duration_s=duration)
+
+    def run_batch(driver_name: str, number: int, batch: list[str]) -> None:
+        if mutating and ctx.dry_run:
             for node in batch:
-                result = batch_results.get(node) or NodeResult.failed(node, "driver gave no result")
-                results[node] = result
+                results[node] = NodeResult(node=node, ok=True)
                 ctx.log.event(action, node=node, driver=driver_name, phase="driver",
-                              ok=result.ok, power=result.power if result.ok else None,
-                              address=result.address, error=result.error, duration_s=duration)
+                              ok=True, skipped="dry run")
+            return
+        ctx.log.event("driver_start", driver=driver_name, phase="driver", action=action,
+                      batch=number, nodes=batch)
+        start = time.monotonic()
+        try:
+            driver = ctx.driver(driver_name)
+            if action == "power_on":
+                batch_results = driver.power_on(batch)
+            elif action == "power_off":
+                batch_results = driver.power_off(batch, force=force)
+            else:
+                batch_results = driver.status(batch)
+        except Exception as exc:  # e.g. the driver's library is not installed
+            batch_results = {n: NodeResult.failed(n, exc) for n in batch}
+        duration = round(time.monotonic() - start, 3)
+        ctx.log.event("driver_end", driver=driver_name, phase="driver", action=action,
+                      batch=number, duration_s=duration)
+        for node in batch:
+            result = batch_results.get(node) or NodeResult.failed(node, "driver gave no result")
+            results[node] = result
+            ctx.log.event(action, node=node, driver=driver_name, phase="driver",
+                          ok=result.ok, power=result.power if result.ok else None,
+                          address=result.address, error=result.error, duration_s=duration)
+
+    work = [(name, number, batch) for name, group in groups.items()
+            for number, batch in enumerate(batches(group, ctx.config.batch_size), start=1)]
+    if mutating or ctx.config.status_batches <= 1 or len(work) <= 1:
+        # Power actions one batch after another: a batch is as many machines as may draw
+        # their power-on current at once.
+        for item in work:
+            run_batch(*item)
+    else:
+        # Reading the power state changes nothing: several batches at a time (a reconcile
+        # of a thousand nodes, one BMC call each, would otherwise outlast its timer).
+        for name in {name for name, _, _ in work}:
+            with contextlib.suppress(Exception):  # a failure is each batch's result, below
+                ctx.driver(name)  # made once, before the threads share it
+        with ThreadPoolExecutor(max_workers=ctx.config.status_batches) as pool:
+            list(pool.map(lambda item: run_batch(*item), work))
     return results
 
 
@@ -208,9 +225,25 @@ def return_to_pool(ctx: Context, nodes: Sequence[str], reason: str,
     return sorted(pending)
 
 
+def power_on(ctx: Context, nodes: Sequence[str]) -> dict[str, NodeResult]:
+    """Power on ``nodes``, trying the ones that failed again, ``power_on_attempts`` calls in
+    all, ``power_on_retry_delay`` apart (a node missing from the config is not retried)."""
+    results = call_driver(ctx, "power_on", nodes)
+    for attempt in range(2, ctx.config.power_on_attempts + 1):
+        failed = [n for n in nodes if not results[n].ok and ctx.config.driver_of(n)]
+        if not failed:
+            break
+        ctx.log.event("power_on_retry", phase="driver", nodes=failed, attempt=attempt,
+                      of=ctx.config.power_on_attempts, after_s=ctx.config.power_on_retry_delay,
+                      errors=sorted({results[n].error or "" for n in failed}))
+        ctx.sleep(ctx.config.power_on_retry_delay)
+        results.update(call_driver(ctx, "power_on", failed))
+    return results
+
+
 def resume(ctx: Context, nodes: Sequence[str]) -> int:
     record_resume(ctx, nodes)
-    results = call_driver(ctx, "power_on", nodes)
+    results = power_on(ctx, nodes)
     for node in nodes:
         result = results[node]
         if result.ok and result.address:

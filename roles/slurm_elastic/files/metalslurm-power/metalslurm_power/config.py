@@ -8,6 +8,9 @@ Shape (YAML, or JSON, which is YAML too)::
     dry_run: false
     slurm_bin: /usr/bin
     settle_timeout: 180      # seconds to wait for slurmctld to finish a forced power down
+    power_on_attempts: 3     # a failed power on is tried again, this many calls in all
+    power_on_retry_delay: 5  # seconds between them
+    status_batches: 4        # batches whose power state is read at once (the reconciler)
     stuck_after: 1200        # required: seconds a node may stay POWERING_UP with its machine off
     orphan_after: 1200       # required: seconds a machine may be on while its node is powered down
     nodes:
@@ -63,6 +66,13 @@ class PowerConfig:
     slurm_bin: str = "/usr/bin"
     settle_timeout: float = 180.0
     poll_interval: float = 2.0
+    # A BMC that times out once must not cost a job its nodes: slurmctld requeues a job as
+    # soon as one of its nodes is returned (POWER_DOWN_FORCE), with BeginTime two minutes
+    # ahead, and ResumeRate lets the next nodes go only a few at a time (docs/scale-lab.md).
+    power_on_attempts: int = 3
+    power_on_retry_delay: float = 5.0
+    # Power-state reads (the reconciler's, every node each run) of this many batches at once.
+    status_batches: int = 4
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
@@ -99,6 +109,13 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         problems.append(f"batch_size: must be an integer >= 1, got {batch_size!r}")
         batch_size = 1
+    counts: dict[str, int] = {}
+    for key, default_count in (("power_on_attempts", 3), ("status_batches", 4)):
+        count = raw.get(key, default_count)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            problems.append(f"{key}: must be an integer >= 1, got {count!r}")
+            count = 1
+        counts[key] = count
     dry_run = raw.get("dry_run", False)
     if not isinstance(dry_run, bool):
         problems.append(f"dry_run: must be true or false, got {dry_run!r}")
@@ -108,7 +125,8 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
             problems.append(f"{key}: required (seconds; the slurm_elastic role writes it from "
                             "metalslurm_elastic)")
     for key, default in (("settle_timeout", 180.0), ("stuck_after", 0.0),
-                         ("orphan_after", 0.0), ("poll_interval", 2.0)):
+                         ("orphan_after", 0.0), ("poll_interval", 2.0),
+                         ("power_on_retry_delay", 5.0)):
         value = raw.get(key, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")
@@ -151,6 +169,9 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
         slurm_bin=str(raw.get("slurm_bin", "/usr/bin") or ""),
         settle_timeout=numbers["settle_timeout"], stuck_after=numbers["stuck_after"],
         orphan_after=numbers["orphan_after"], poll_interval=numbers["poll_interval"],
+        power_on_attempts=counts["power_on_attempts"],
+        power_on_retry_delay=numbers["power_on_retry_delay"],
+        status_batches=counts["status_batches"],
         nodes=dict(nodes),
         credentials={str(k): dict(v) for k, v in credentials.items()},
     )

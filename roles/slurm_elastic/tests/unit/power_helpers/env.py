@@ -78,6 +78,7 @@ def write_config(path: Path, fake: FakeSlurm, nodes: dict[str, dict[str, Any]],
         "slurm_bin": str(fake.bin),
         "settle_timeout": 10,
         "poll_interval": 0.05,
+        "power_on_retry_delay": 0.01,  # a failing driver's retries without the 5 s waits
         "stuck_after": 600,
         "orphan_after": 600,
         "nodes": nodes,
