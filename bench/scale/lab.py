@@ -149,13 +149,18 @@ def settings_of(conf: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- rendering
 
 
-def lab_inventory(nodes: Sequence[str], plugin: str) -> dict[str, Any]:
+def lab_inventory(nodes: Sequence[str], plugin: str, static: int | None = None,
+                  elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The default local stack's inventory (tests/unit/test_render.py) with ``nodes`` as its
-    static 8-GPU H100 compute nodes in every partition, no slurmdbd and no REST API."""
+    8-GPU H100 compute nodes in every partition (the first ``static`` static, all when None,
+    the rest elastic with the ``elastic`` timings over the provider's), no slurmdbd and no
+    REST API."""
     from tests.unit.test_render import inventory_with_nodes
 
-    inventory = inventory_with_nodes(list(nodes))
+    inventory = inventory_with_nodes(list(nodes), static)
     top = inventory["all"]
+    if elastic is not None:
+        top["vars"]["metalslurm_elastic"] = dict(elastic)
     top["children"].pop("slurmdbd", None)
     top["vars"]["metalslurm_rest"] = {"enabled": False}
     top["vars"]["metalslurm_topology"] = {**top["vars"]["metalslurm_topology"],
@@ -173,16 +178,18 @@ class Rendered:
 
 
 def render(workdir: Path, nodes: Sequence[str], topology_conf: str, plugin: str,
-           tuning: bool) -> Rendered:
+           tuning: bool, static: int | None = None,
+           elastic: Mapping[str, int] | None = None) -> Rendered:
     """The controller role's own tasks/render.yml for ``nodes`` (Slurm 24.11), with the
-    size tuning on or off, plus ``topology_conf``; written to ``workdir``/etc."""
+    size tuning on or off, plus ``topology_conf``; written to ``workdir``/etc. ``static``
+    and ``elastic``: as :func:`lab_inventory`."""
     from tests.unit.test_render import run_render
 
     out = workdir / f"render-{'tuned' if tuning else 'untuned'}"
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     proc = run_render(out, (RELEASE,), {"slurm_controller_size_tuning": tuning},
-                      inventory=lab_inventory(nodes, plugin), node_facts=False)
+                      inventory=lab_inventory(nodes, plugin, static, elastic), node_facts=False)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         raise LabError("the controller role could not render slurm.conf: "
@@ -222,12 +229,14 @@ for i in 0 1 2 3 4 5 6 7; do
     mknod -m 0666 /dev/nvidia$i c 195 $i 2>/dev/null || : > /dev/nvidia$i
 done
 install -d -o slurm -g slurm {state} {ctl_log} {ctl_run}
-install -d /var/lib/slurm/slurmd /run/slurmd /var/log/slurm
+install -d /var/lib/slurm/slurmd /run/slurmd
+install -d -o slurm -g slurm /var/log/slurm
 cp /lab/etc/* /etc/slurm/
 dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
 chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
 install -d -o munge -g munge /run/munge
 runuser -u munge -- /usr/sbin/munged --force
+{before_slurmctld}
 /usr/sbin/slurmctld
 xargs -a /lab/nodes.txt -P 16 -I NODE \\
     sh -c 'mkdir -p /var/lib/slurm/slurmd/NODE && exec /opt/lab/bin/slurmd -N NODE'
@@ -258,8 +267,11 @@ class Lab:
     image: str = ""
     nodes: tuple[str, ...] = ()
 
-    def start(self, rendered: Rendered, timeout: float | None = None) -> float:
-        """Start slurmctld and every slurmd; seconds until sinfo shows every node idle."""
+    def start(self, rendered: Rendered, timeout: float | None = None,
+              elastic_setup: str | None = None) -> float:
+        """Start slurmctld and every slurmd; seconds until sinfo shows every node idle.
+        With ``elastic_setup`` (shell lines run before slurmctld starts) no slurmd is started:
+        the nodes are CLOUD nodes, ready when sinfo shows them all idle and powered down."""
         self.image = self.image or lab_image(self.log)
         self.stop()
         self.nodes = rendered.nodes
@@ -272,8 +284,11 @@ class Lab:
         (lab_dir / "start.sh").write_text(_START.format(
             state=settings["StateSaveLocation"],
             ctl_log=str(Path(settings["SlurmctldLogFile"]).parent),
-            ctl_run=str(Path(settings["SlurmctldPidFile"]).parent)))
-        (lab_dir / "nodes.txt").write_text("\n".join(rendered.nodes) + "\n")
+            ctl_run=str(Path(settings["SlurmctldPidFile"]).parent),
+            before_slurmctld=elastic_setup or ""))
+        (lab_dir / "nodes.txt").write_text(
+            "" if elastic_setup is not None else "\n".join(rendered.nodes) + "\n")
+        (lab_dir / "all-nodes.txt").write_text("\n".join(rendered.nodes) + "\n")
         etc = lab_dir / "etc"
         etc.mkdir(exist_ok=True)
         for f in (self.workdir / "etc").iterdir():
@@ -287,15 +302,17 @@ class Lab:
         self.sh("bash /lab/start.sh", timeout=600)
         limit = timeout or 120 + 0.2 * len(rendered.nodes)
         while True:
-            idle = self.idle_count()
+            idle = self.idle_count("idle~" if elastic_setup is not None else "idle")
             if idle == len(rendered.nodes):
                 return time.monotonic() - began
             if time.monotonic() - began > limit:
                 raise LabError(f"{idle} of {len(rendered.nodes)} nodes idle after {limit:.0f} s")
             time.sleep(1)
 
-    def idle_count(self) -> int:
-        out = self.sh("sinfo -h -N -t idle -o '%N' | sort -u | wc -l", check=False)
+    def idle_count(self, state: str = "idle") -> int:
+        """Nodes whose short state (sinfo's %t) is ``state``: idle, or idle~ (powered down)."""
+        out = self.sh(f"sinfo -h -N -o '%N %t' | awk '$2 == \"{state}\" {{print $1}}' "
+                      "| sort -u | wc -l", check=False)
         return int(out.strip() or 0) if out.strip().isdigit() else 0
 
     def sh(self, script: str, user: str | None = None, timeout: float = 600,

@@ -77,3 +77,64 @@ def draw(results: Mapping[str, Any], out: Path) -> list[Path]:
     fig.savefig(written[1], dpi=90)
     plt.close(fig)
     return written
+
+
+# Short states (sinfo %t) in the elastic timeline, in the order drawn: label, states.
+ELASTIC_BANDS = (
+    ("powered down (idle~)", ("idle~",)),
+    ("allocated, resume not issued yet (~)", ("alloc~", "mix~", "comp~")),
+    ("powering up (#)", ("alloc#", "mix#", "idle#", "comp#")),
+    ("allocated", ("alloc", "mix", "comp")),
+    ("idle, powered up", ("idle",)),
+    ("powering down (%, !)", ("idle%", "idle!", "down%", "down!", "alloc!", "mix!")),
+    ("down / drained", ("down", "down~", "down*", "drain", "drng", "drain~", "idle*")),
+)
+
+
+def draw_elastic(result: Mapping[str, Any], path: Path) -> Path:
+    """scale-elastic.png: nodes by state against seconds since the job's submission, with
+    the ResumeProgram and SuspendProgram calls (their node counts) below."""
+    timeline = result["timeline"]
+    ts = [row["t"] for row in timeline]
+    known = {s for _, states in ELASTIC_BANDS for s in states}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1.3]})
+    for label, states in ELASTIC_BANDS:
+        ys = [sum(row.get(s, 0) for s in states) for row in timeline]
+        if any(ys):
+            top.plot(ts, ys, label=label)
+    other = [sum(v for k, v in row.items() if k not in known and k not in ("t", "job"))
+             for row in timeline]
+    if any(other):
+        top.plot(ts, other, ":", label="other states")
+    job = result["job"]
+    for x, text in ((job.get("running_after_s"), "job running"),
+                    (job.get("done_after_s"), "job done")):
+        if x:
+            top.axvline(x, color="grey", linestyle="--", linewidth=0.8)
+            top.annotate(text, (x, top.get_ylim()[1] * 0.95), rotation=90, fontsize=8,
+                         ha="right", va="top")
+    top.set_ylabel("nodes")
+    top.grid(True, alpha=0.3)
+    top.legend(fontsize=8, loc="center right")
+    for key, style, label in (("resume", "C0", "ResumeProgram"),
+                              ("suspend", "C3", "SuspendProgram")):
+        calls = result[key]
+        if calls.get("calls"):
+            bottom.bar(calls["at_s"], calls["sizes"], width=1.5, color=style,
+                       label=f"{label}: {calls['calls']} calls, {calls['nodes']} nodes")
+    bottom.set_ylabel("nodes per call")
+    bottom.set_xlabel("seconds since the job was submitted")
+    bottom.grid(True, alpha=0.3)
+    bottom.legend(fontsize=8)
+    s = result["settings"]
+    fig.suptitle(f"Scale lab: a {result['job_nodes']}-node job on {result['nodes']} powered-down "
+                 f"CLOUD nodes, the real power programs\nResumeRate {s['ResumeRate']}/min, "
+                 f"SuspendRate {s['SuspendRate']}/min, SuspendTime {s['SuspendTime']} s; the "
+                 f"machines answer after {result['delay_s']} s, every {result['fail_every']}th "
+                 f"start fails ({result['fail_mode']})", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
