@@ -30,8 +30,8 @@ _ABSENT = object()
 
 def compute_view(hosts: list[str], hostvars: Any) -> dict[str, dict[str, Any]]:
     """host -> the variables of it that slurm_nodes, gpu_facts, gres_records and
-    hosts_where read (VIEW_VARS, and VIEW_FACTS of its ansible_facts), undefined ones left
-    out. The filters take it in place of ``hostvars``: each ``hostvars[host]`` makes Ansible
+    compute_summary read (VIEW_VARS, and VIEW_FACTS of its ansible_facts), undefined ones
+    left out. The filters take it in place of ``hostvars``: each ``hostvars[host]`` makes Ansible
     merge every variable of the host again, and the role's lazy vars would do that for each
     node every time they are used (at 1,024 nodes, 11 s of a 15 s render; docs/scale-lab.md)."""
     view: dict[str, dict[str, Any]] = {}
