@@ -39,6 +39,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.wheel import build_wheel
 
 from bench.scale import lab as scale_lab
+from bench.scale.__main__ import MAX_NODES, synthetic_topologies
 
 REPO = Path(__file__).resolve().parents[2]
 POWER_PROJECT = REPO / "roles/slurm_elastic/files/metalslurm-power"
@@ -168,7 +169,6 @@ def driver_calls(events: Iterable[Mapping[str, Any]], action: str) -> Driver:
 
 
 SETTLED = {"idle~"}  # powered down, in the pool
-BAD = ("down", "drain", "drng", "fail", "inval")
 
 
 def state_counts(sinfo: str) -> Counter[str]:
@@ -185,10 +185,6 @@ def stuck(counts: Mapping[str, int]) -> dict[str, int]:
     """States that are not where an elastic node should come to rest (idle~): DOWN, drained,
     failing, still powering up (``#``) or down (``%``), or allocated."""
     return {s: n for s, n in counts.items() if s not in SETTLED and n}
-
-
-def bad_states(counts: Mapping[str, int]) -> dict[str, int]:
-    return {s: n for s, n in counts.items() if n and s.rstrip("~#%*!$@^-").startswith(BAD)}
 
 
 # --------------------------------------------------------------------------- the run
@@ -218,8 +214,6 @@ def sample(lab: scale_lab.Lab, job: str, began: float) -> Sample:
 
 def run(work: Path, count: int, job_nodes: int, delay: float, fail_every: int,
         fail_mode: str, log: scale_lab.Log = print, keep: bool = False) -> dict[str, Any]:
-    from bench.scale.__main__ import synthetic_topologies
-
     nodes, topos = synthetic_topologies(count)
     settings = elastic_settings(TIMES, PROVIDER)
     rendered = scale_lab.render(work, nodes, topos["tree"], "tree", tuning=True, static=0,
@@ -354,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
     problems = []
-    if not 32 <= args.nodes <= scale_lab_max():
-        problems.append(f"--nodes: between 32 and {scale_lab_max()}, not {args.nodes}")
+    if not 32 <= args.nodes <= MAX_NODES:
+        problems.append(f"--nodes: between 32 and {MAX_NODES}, not {args.nodes}")
     if not 1 <= args.job_nodes <= args.nodes:
         problems.append(f"--job-nodes: between 1 and --nodes ({args.nodes}), not {args.job_nodes}")
     if not 0 <= args.delay <= 60:
@@ -382,12 +376,6 @@ def main(argv: list[str] | None = None) -> int:
     from bench.scale.plots import draw_elastic
     print(f"plot: {draw_elastic(result, args.plot)}")
     return 0 if not result["stuck"] and not result["crashes"] else 1
-
-
-def scale_lab_max() -> int:
-    from bench.scale.__main__ import MAX_NODES
-
-    return MAX_NODES
 
 
 def report(r: Mapping[str, Any]) -> str:

@@ -164,7 +164,6 @@ def test_state_counts_take_each_node_once_and_stuck_names_what_is_not_at_rest():
     counts = elastic.state_counts(SINFO)
     assert counts == Counter({"idle~": 1, "alloc#": 1, "down~": 1, "idle%": 1, "drain": 1})
     assert elastic.stuck(counts) == {"alloc#": 1, "down~": 1, "idle%": 1, "drain": 1}
-    assert elastic.bad_states(counts) == {"down~": 1, "drain": 1}
     assert elastic.stuck(elastic.state_counts("gpu-0001 idle~\n")) == {}
 
 
