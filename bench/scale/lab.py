@@ -17,6 +17,7 @@ nothing else; what it does not model is listed in ``NOT_MODELLED``.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import subprocess
 import tempfile
@@ -415,12 +416,16 @@ class Burst:
     jobs: int
     submitted: int
     submit_seconds: float
-    start_seconds: float      # from the first submission until every job had started
-    finish_seconds: float     # ... until none was left in the queue
-    sdiag: Sdiag
+    start_seconds: float      # from the first submission (held: the release) until every
+    finish_seconds: float     # job had started; ... until every one had ended
+    sdiag: Sdiag              # held: from the release on
     usage_before: dict[str, float]
     usage_after: dict[str, float]
     refused: int              # sbatch calls that gave no job id
+    held: bool = False        # submitted to a DOWN partition, then released in one update
+    submit_sdiag: Sdiag | None = None   # held: what the submissions alone cost
+    sinfo_ms: tuple[float, ...] = ()    # what a user waited for sinfo, polled in the run
+    sdiag_unanswered: int = 0           # polls whose sdiag got no answer in MessageTimeout
 
     @property
     def submits_per_s(self) -> float:
@@ -435,41 +440,113 @@ class Burst:
         return self.usage_after["cpu_s"] - self.usage_before["cpu_s"]
 
 
+# Polled every half second while a burst runs: sdiag's counters, then how long a user's
+# sinfo takes (node and partition read locks: it waits while the scheduler holds them).
+PROBE_MARK = "\n== sinfo us: "
+PROBE = ("sdiag; t=$(date +%s%N); sinfo -h -o %D >/dev/null; "
+         f"printf '{PROBE_MARK.strip(chr(10))}%d\\n' $(( ($(date +%s%N) - t) / 1000 ))")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0 to 100) by the nearest rank; None for no values."""
+    ordered = sorted(v for v in values if v == v)   # NaN (a missing probe) left out
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def ended(counters: Mapping[str, float]) -> float:
+    """Jobs that have left the queue, by sdiag's counters (cheap to ask for, unlike squeue
+    over thousands of jobs, which would load the slurmctld being measured)."""
+    return sum(counters.get(f"Jobs {how}", 0) for how in ("completed", "canceled", "failed"))
+
+
+ONE_CPU_JOB = "-p debug -N1 -n1 --time=1 -o /dev/null -e /dev/null --wrap true"
+# A whole node a job, as training jobs take them: at most one job step per node runs at once.
+# A held burst of one-CPU jobs starts as many as the nodes' CPUs allow (224 a node), every
+# slurmstepd in the one container: 10,000 released on 128 nodes reached 30,000 threads and
+# slurmctld died ('_agent_retry: pthread_create error Resource temporarily unavailable').
+WHOLE_NODE_JOB = "-p debug -N1 --exclusive --time=1 -o /dev/null -e /dev/null --wrap true"
+
+
 def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
-          job_args: str = "-p debug -N1 -n1 --time=1 -o /dev/null -e /dev/null --wrap true",
-          timeout: float = 3600) -> Burst:
+          job_args: str = ONE_CPU_JOB,
+          timeout: float = 3600, held: bool = False, partition: str = "debug") -> Burst:
     """``jobs`` short batch jobs, submitted by ``users`` at once (one sbatch per job, the
-    users in parallel): how fast they go in, start and end, and what slurmctld spent."""
+    users in parallel): how fast they go in, start and end, and what slurmctld spent.
+
+    ``held``: the partition is DOWN while they are submitted (jobs queue, none starts) and
+    set UP in one update: starts are then timed alone, not bounded by the submissions (one
+    sbatch process each); sdiag is read after the submissions and reset at the release."""
     lab.sh("sdiag -r >/dev/null")
-    before = lab.slurmctld_usage()
-    share = [jobs // len(users) + (1 if i < jobs % len(users) else 0) for i in range(len(users))]
-    began = time.monotonic()
-    procs = [lab.popen(f"for i in $(seq {n}); do sbatch --parsable {job_args} "
-                       f"|| echo refused; done", user=u) for u, n in zip(users, share, strict=True)]
-    submitted = refused = 0
-    for proc in procs:
-        out, _ = proc.communicate(timeout=timeout)
-        ids = [x for x in out.split() if x.split(";")[0].isdigit()]
-        submitted += len(ids)
-        refused += out.split().count("refused")
-    submit_seconds = time.monotonic() - began
-    start_seconds = 0.0
-    while True:
-        text = lab.sh("sdiag")
-        now = time.monotonic() - began
-        counters = parse_sdiag(text).counters
-        if not start_seconds and counters.get("Jobs started", 0) >= submitted:
-            start_seconds = now
-        pending = lab.sh("squeue -h -o %i | wc -l").strip()
-        if start_seconds and pending == "0":
-            break
-        if now > timeout:
-            raise LabError(f"{pending} jobs still queued after {timeout:.0f} s")
-        time.sleep(0.5)
-    finish_seconds = time.monotonic() - began
-    after = lab.slurmctld_usage()
+    if held:
+        lab.sh(f"scontrol update PartitionName={partition} State=DOWN")
+    released = not held
+    try:
+        before = lab.slurmctld_usage()
+        share = [jobs // len(users) + (1 if i < jobs % len(users) else 0)
+                 for i in range(len(users))]
+        began = time.monotonic()
+        procs = [lab.popen(f"for i in $(seq {n}); do sbatch --parsable {job_args} "
+                           f"|| echo refused; done", user=u)
+                 for u, n in zip(users, share, strict=True)]
+        submitted = refused = 0
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            ids = [x for x in out.split() if x.split(";")[0].isdigit()]
+            submitted += len(ids)
+            refused += out.split().count("refused")
+        submit_seconds = time.monotonic() - began
+        submit_sdiag = None
+        if held:
+            submit_sdiag = sdiag_answer(lab)
+            lab.sh("sdiag -r >/dev/null")
+            began = time.monotonic()
+            lab.sh(f"scontrol update PartitionName={partition} State=UP")
+            released = True
+        start_seconds = 0.0
+        probes: list[float] = []
+        unanswered = 0
+        counters: dict[str, float] = {}
+        while True:
+            text, _, probe = lab.sh(PROBE).partition(PROBE_MARK)
+            probes.append(float(probe.strip() or "nan") / 1000)
+            now = time.monotonic() - began
+            try:
+                counters = parse_sdiag(text).counters
+            except LabError:    # slurmctld too busy to answer within MessageTimeout
+                unanswered += 1
+                if now > timeout:
+                    raise
+                continue
+            if not start_seconds and counters.get("Jobs started", 0) >= submitted:
+                start_seconds = now
+            if start_seconds and ended(counters) >= submitted:
+                break
+            if now > timeout:
+                raise LabError(f"{submitted - ended(counters):.0f} jobs still queued after "
+                               f"{timeout:.0f} s")
+            time.sleep(0.5)
+        finish_seconds = time.monotonic() - began
+        after = lab.slurmctld_usage()
+    finally:
+        if not released:
+            lab.sh(f"scontrol update PartitionName={partition} State=UP", check=False)
     return Burst(jobs, submitted, submit_seconds, start_seconds, finish_seconds,
-                 parse_sdiag(lab.sh("sdiag")), before, after, refused)
+                 sdiag_answer(lab), before, after, refused, held, submit_sdiag,
+                 tuple(probes), unanswered)
+
+
+def sdiag_answer(lab: Lab, tries: int = 5) -> Sdiag:
+    """sdiag, asked again while a busy slurmctld does not answer in time."""
+    for attempt in range(tries):
+        try:
+            return parse_sdiag(lab.sh("sdiag"))
+        except LabError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(2)
+    raise AssertionError("unreachable")
 
 
 def burst_summary(b: Burst) -> dict[str, Any]:
@@ -487,6 +564,13 @@ def burst_summary(b: Burst) -> dict[str, Any]:
         "bf_cycles": s.backfill.get("Total cycles"),
         "backfilled_jobs": s.backfill.get("Total backfilled jobs (since last slurm start)"),
         "top_rpcs": top_rpcs(s),
+        "held": b.held,
+        "sinfo_ms_p50": percentile(b.sinfo_ms, 50), "sinfo_ms_p95": percentile(b.sinfo_ms, 95),
+        "sinfo_ms_max": percentile(b.sinfo_ms, 100), "sinfo_probes": len(b.sinfo_ms),
+        "sdiag_unanswered": b.sdiag_unanswered,
+        "submit_top_rpcs": top_rpcs(b.submit_sdiag) if b.submit_sdiag else None,
+        "submit_main_mean_cycle_us": b.submit_sdiag.main.get("Mean cycle")
+        if b.submit_sdiag else None,
         "slurmctld_cpu_s": round(b.cpu_seconds, 2),
         "slurmctld_rss_mib": round(b.usage_after["rss_kib"] / 1024, 1),
         "slurmctld_peak_rss_mib": round(b.usage_after["hwm_kib"] / 1024, 1),
@@ -494,7 +578,9 @@ def burst_summary(b: Burst) -> dict[str, Any]:
 
 
 def summary_line(label: str, row: Mapping[str, Any]) -> str:
+    since = "after their release" if row.get("held") else "after the first submission"
     return (f"{label}: {row['submitted']} jobs, {row['submits_per_s']}/s in, "
-            f"{row['starts_per_s']}/s started, all done in {row['finish_s']} s; main cycle "
+            f"{row['starts_per_s']}/s started, all started {row['start_s']} s and done "
+            f"{row['finish_s']} s {since}; main cycle "
             f"mean {row['main_mean_cycle_us']} us, backfill mean {row['bf_mean_cycle_us']} us; "
             f"slurmctld {row['slurmctld_cpu_s']} CPU s, {row['slurmctld_peak_rss_mib']} MiB peak")

@@ -19,6 +19,8 @@ BURST_PANELS = (
     ("bf_mean_cycle_us", "backfill mean cycle (ms)", 1e-3),
     ("slurmctld_cpu_s", "slurmctld CPU for the burst (s)", 1.0),
     ("slurmctld_peak_rss_mib", "slurmctld peak memory (MiB)", 1.0),
+    ("finish_s", "release to all done (s)", 1.0),
+    ("sinfo_ms_p95", "a user's sinfo during it, p95 (ms)", 1.0),
 )
 
 
@@ -40,7 +42,7 @@ def draw(results: Mapping[str, Any], out: Path) -> list[Path]:
     if not sizes:
         return []
     jobs = sizes[0].get("tuned", {}).get("jobs", 0)
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, (key, label, scale) in zip(axes.flat, BURST_PANELS, strict=True):
         for variant, style in (("untuned", "o--"), ("tuned", "s-")):
             xs, ys = _series(sizes, variant, key, scale)
@@ -50,7 +52,8 @@ def draw(results: Mapping[str, Any], out: Path) -> list[Path]:
         ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
     axes.flat[0].legend()
-    fig.suptitle(f"Scale lab: a burst of {jobs:,} one-node jobs, Slurm 24.11, 2 CPU cores "
+    held = " (submitted held, released at once)" if sizes[0].get("tuned", {}).get("held") else ""
+    fig.suptitle(f"Scale lab: a burst of {jobs:,} one-node jobs{held}, Slurm 24.11, 2 CPU cores "
                  f"({results.get('when', '')})")
     fig.tight_layout()
     written = [out / "scale-throughput.png"]

@@ -84,6 +84,26 @@ def test_sdiag_recording_is_read():
                                   ("REQUEST_COMPLETE_PROLOG", 81, 55)]
 
 
+def test_jobs_that_left_the_queue_are_counted_from_sdiag():
+    counters = lab.parse_sdiag(SDIAG.read_text()).counters
+    assert lab.ended(counters) == 0  # 4 started, none ended yet: the burst goes on waiting
+    assert lab.ended({"Jobs completed": 7, "Jobs canceled": 2, "Jobs failed": 1,
+                      "Jobs started": 12, "Jobs submitted": 12}) == 10
+
+
+def test_percentiles_by_nearest_rank_leave_missing_probes_out():
+    values = [float(v) for v in range(1, 21)] + [float("nan")]
+    assert lab.percentile(values, 50) == 10 and lab.percentile(values, 95) == 19
+    assert lab.percentile(values, 100) == 20 and lab.percentile(values, 0) == 1
+    assert lab.percentile([float("nan")], 50) is None and lab.percentile([], 95) is None
+
+
+def test_the_probe_is_read_apart_from_sdiag():
+    out = SDIAG.read_text() + "== sinfo us: 1234\n"  # what PROBE prints in the lab
+    text, _, probe = out.partition(lab.PROBE_MARK)
+    assert lab.parse_sdiag(text).counters["Jobs submitted"] == 5 and probe.strip() == "1234"
+
+
 def test_sdiag_refuses_other_text():
     with pytest.raises(lab.LabError, match="not sdiag's output"):
         lab.parse_sdiag("slurm_load_partitions: Unable to contact slurm controller\n")
@@ -203,3 +223,66 @@ def test_judge_block_jobs_larger_than_a_block_stay_in_one_aligned_segment():
 def test_block_cases_are_in_blocks_of_the_smallest_block():
     groups = {f"b{i}": tuple(f"n{i}-{k}" for k in range(32)) for i in range(8)}
     assert [c.nodes for c in placement.cases_for(groups, 256, "block")] == [32, 16, 16, 125, 63]
+
+
+class ScriptedLab:
+    """A stand-in for the lab container: records every command, answers sdiag from the
+    recording with the counters a burst of ``jobs`` reaches, the first ``busy`` polls with
+    the error a swamped slurmctld gives."""
+
+    slurmctld_usage = lab.Lab.slurmctld_usage   # the real parsing, over the answer below
+
+    def __init__(self, jobs: int, busy: int = 0):
+        self.jobs, self.busy, self.commands = jobs, busy, []
+        self.recording = SDIAG.read_text()
+
+    def sdiag(self, started: int, ended: int) -> str:
+        return (self.recording.replace("Jobs started:   4", f"Jobs started:   {started}")
+                .replace("Jobs completed: 0", f"Jobs completed: {ended}"))
+
+    def sh(self, script: str, user=None, timeout=600, check=True) -> str:
+        self.commands.append(script)
+        if script.startswith("sdiag;"):   # the poll
+            if self.busy:
+                self.busy -= 1
+                return ("sdiag: error: slurm_get_statistics: Socket timed out on send/recv "
+                        "operation\n== sinfo us: 10000000\n")
+            return self.sdiag(self.jobs, self.jobs) + "== sinfo us: 2500\n"
+        if script == "sdiag":
+            return self.sdiag(self.jobs, self.jobs)
+        if script.startswith("p=$(pgrep"):
+            return "100\n150 50\nVmRSS:\t 2048 kB\nVmHWM:\t 4096 kB\n"
+        return ""
+
+    def popen(self, script: str, user=None):
+        self.commands.append(f"{user}: {script}")
+        count = int(script.split("seq ")[1].split(")")[0])
+
+        class Done:
+            def communicate(self, timeout=None):
+                return "".join(f"{100 + i}\n" for i in range(count)), ""
+        return Done()
+
+
+def test_a_held_burst_submits_to_a_down_partition_and_releases_it_in_one_update():
+    fake = ScriptedLab(jobs=10, busy=2)
+    b = lab.burst(fake, 10, ("alice", "bob", "carol"), held=True, timeout=60)
+    steps = [c for c in fake.commands if c.startswith(("scontrol", "sdiag -r", "alice", "bob"))]
+    assert steps[:2] == ["sdiag -r >/dev/null", "scontrol update PartitionName=debug State=DOWN"]
+    assert steps[-2:] == ["sdiag -r >/dev/null", "scontrol update PartitionName=debug State=UP"]
+    assert [c.split("seq ")[1].split(")")[0] for c in fake.commands if ": for i" in c] == \
+        ["4", "3", "3"]   # 10 jobs shared out
+    assert (b.submitted, b.refused, b.held, b.sdiag_unanswered) == (10, 0, True, 2)
+    assert b.sinfo_ms == (10000.0, 10000.0, 2.5)   # the two unanswered polls counted too
+    assert b.cpu_seconds == 0.0 and b.submit_sdiag is not None
+    row = lab.burst_summary(b)
+    assert (row["sinfo_ms_p50"], row["sinfo_ms_max"], row["sdiag_unanswered"]) == (
+        10000.0, 10000.0, 2)
+    assert "after their release" in lab.summary_line("x", row)
+
+
+def test_an_unheld_burst_leaves_the_partition_alone():
+    fake = ScriptedLab(jobs=4)
+    b = lab.burst(fake, 4, ("alice",), timeout=60)
+    assert not [c for c in fake.commands if c.startswith("scontrol")]
+    assert (b.submitted, b.held, b.submit_sdiag) == (4, False, None)
