@@ -426,6 +426,7 @@ class Burst:
     submit_sdiag: Sdiag | None = None   # held: what the submissions alone cost
     sinfo_ms: tuple[float, ...] = ()    # what a user waited for sinfo, polled in the run
     sdiag_unanswered: int = 0           # polls whose sdiag got no answer in MessageTimeout
+    refusals: tuple[str, ...] = ()      # what sbatch said when it refused (the first 5 kinds)
 
     @property
     def submits_per_s(self) -> float:
@@ -491,11 +492,13 @@ def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
                            f"|| echo refused; done", user=u)
                  for u, n in zip(users, share, strict=True)]
         submitted = refused = 0
+        why: dict[str, None] = {}   # sbatch's errors, each once, in order
         for proc in procs:
-            out, _ = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(timeout=timeout)
             ids = [x for x in out.split() if x.split(";")[0].isdigit()]
             submitted += len(ids)
             refused += out.split().count("refused")
+            why.update((line.strip(), None) for line in (err or "").splitlines() if line.strip())
         submit_seconds = time.monotonic() - began
         submit_sdiag = None
         if held:
@@ -534,7 +537,7 @@ def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
             lab.sh(f"scontrol update PartitionName={partition} State=UP", check=False)
     return Burst(jobs, submitted, submit_seconds, start_seconds, finish_seconds,
                  sdiag_answer(lab), before, after, refused, held, submit_sdiag,
-                 tuple(probes), unanswered)
+                 tuple(probes), unanswered, tuple(why)[:5])
 
 
 def sdiag_answer(lab: Lab, tries: int = 5) -> Sdiag:
@@ -567,7 +570,7 @@ def burst_summary(b: Burst) -> dict[str, Any]:
         "held": b.held,
         "sinfo_ms_p50": percentile(b.sinfo_ms, 50), "sinfo_ms_p95": percentile(b.sinfo_ms, 95),
         "sinfo_ms_max": percentile(b.sinfo_ms, 100), "sinfo_probes": len(b.sinfo_ms),
-        "sdiag_unanswered": b.sdiag_unanswered,
+        "sdiag_unanswered": b.sdiag_unanswered, "refusals": list(b.refusals),
         "submit_top_rpcs": top_rpcs(b.submit_sdiag) if b.submit_sdiag else None,
         "submit_main_mean_cycle_us": b.submit_sdiag.main.get("Mean cycle")
         if b.submit_sdiag else None,

@@ -260,19 +260,25 @@ class ScriptedLab:
 
         class Done:
             def communicate(self, timeout=None):
+                if user == "carol":   # one refused, as a swamped slurmctld makes sbatch say
+                    return ("".join(f"{200 + i}\n" for i in range(count - 1)) + "refused\n",
+                            "sbatch: error: Batch job submission failed: Socket timed out "
+                            "on send/recv operation\n")
                 return "".join(f"{100 + i}\n" for i in range(count)), ""
         return Done()
 
 
 def test_a_held_burst_submits_to_a_down_partition_and_releases_it_in_one_update():
-    fake = ScriptedLab(jobs=10, busy=2)
+    fake = ScriptedLab(jobs=9, busy=2)
     b = lab.burst(fake, 10, ("alice", "bob", "carol"), held=True, timeout=60)
     steps = [c for c in fake.commands if c.startswith(("scontrol", "sdiag -r", "alice", "bob"))]
     assert steps[:2] == ["sdiag -r >/dev/null", "scontrol update PartitionName=debug State=DOWN"]
     assert steps[-2:] == ["sdiag -r >/dev/null", "scontrol update PartitionName=debug State=UP"]
     assert [c.split("seq ")[1].split(")")[0] for c in fake.commands if ": for i" in c] == \
         ["4", "3", "3"]   # 10 jobs shared out
-    assert (b.submitted, b.refused, b.held, b.sdiag_unanswered) == (10, 0, True, 2)
+    assert (b.submitted, b.refused, b.held, b.sdiag_unanswered) == (9, 1, True, 2)
+    assert b.refusals == ("sbatch: error: Batch job submission failed: Socket timed out on "
+                          "send/recv operation",)
     assert b.sinfo_ms == (10000.0, 10000.0, 2.5)   # the two unanswered polls counted too
     assert b.cpu_seconds == 0.0 and b.submit_sdiag is not None
     row = lab.burst_summary(b)
