@@ -41,7 +41,7 @@ status: deps
 lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
 	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
-		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh
+		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh tests/schedule.sh
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
@@ -57,25 +57,14 @@ UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collecti
 unit: deps
 	$(BIN)/pytest -n auto --dist loadfile $(UNIT_TESTS)
 
-# Two pytest processes at once: the Debian 12 module, which brings up and removes its own
-# cluster, beside the modules of the shared Debian 13 cluster (they share nothing: names,
-# networks, state directories). The Debian 12 run's output follows the other's.
-E2E_DEBIAN12 := tests/e2e/test_local_cluster_debian12.py
+# The Debian 13 modules (one shared cluster, the longest path) first; lint, the unit tests
+# and the Debian 12 module (its own cluster) beside them once their cluster is up, when the
+# cores are free again (tests/schedule.sh says why). 'make e2e' leaves lint and unit out.
 e2e: deps
-	@mkdir -p .metalslurm
-	@$(BIN)/pytest $(E2E_DEBIAN12) -p no:cacheprovider --durations=10 \
-		> .metalslurm/e2e-debian12.log 2>&1 & debian12=$$!; \
-	$(BIN)/pytest tests/e2e --ignore=$(E2E_DEBIAN12) --durations=20; rc=$$?; \
-	wait $$debian12; rc12=$$?; \
-	echo "== the Debian 12 module (run beside the others; exit $$rc12) =="; \
-	cat .metalslurm/e2e-debian12.log; \
-	[ $$rc -eq 0 ] && [ $$rc12 -eq 0 ]
+	@bash tests/schedule.sh e2e
 
-# Lint runs one tool at a time and leaves a core idle; the unit tests use every core: side by
-# side, lint costs no time of its own (159 s for both against 190 s one after the other).
 test: deps
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint unit
-	$(MAKE) --no-print-directory e2e
+	@bash tests/schedule.sh all
 
 bench: deps
 	$(BIN)/python -m bench.bench_up

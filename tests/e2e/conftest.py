@@ -204,6 +204,10 @@ def pytest_collection_modifyitems(items):
 # The terminal summary lists the directories, and .ci/run prints their files when the run
 # fails (a CI machine is gone afterwards).
 EVIDENCE = REPO / ".metalslurm" / "e2e-evidence"
+# Each pytest run saves under its own directory: 'make test' runs two side by side.
+RUN_EVIDENCE = EVIDENCE / f"run-{os.getpid()}"
+# Written once the shared Debian 13 cluster's bring-up has ended (tests/schedule.sh).
+UP_MARKER = REPO / ".metalslurm" / "e2e-debian13-up"
 _EVIDENCE_DIRS: list[Path] = []
 CONTROLLER_EVIDENCE = {
     "sinfo.txt": "sinfo --Node --long; echo; sinfo --long",
@@ -235,7 +239,7 @@ def _podman(*args: str, timeout: int = 30) -> str:
 def save_evidence(nodeid: str) -> Path:
     """Write what the clusters that run now look like into one directory for ``nodeid``."""
     name = nodeid.replace("/", "_").replace("::", "__").replace("[", "_").replace("]", "")
-    out = EVIDENCE / f"{time.strftime('%H%M%S')}-{name}"[:200]
+    out = RUN_EVIDENCE / f"{time.strftime('%H%M%S')}-{name}"[:200]
     out.mkdir(parents=True, exist_ok=True)
     containers = _podman("ps", "-a", "--format", "{{.Names}}\t{{.Status}}\t{{.Labels}}")
     (out / "podman-ps.txt").write_text(containers)
@@ -255,8 +259,25 @@ def save_evidence(nodeid: str) -> Path:
     return out
 
 
+def _running(run_dir: Path) -> bool:
+    """Whether the pytest run that saved into ``run_dir`` (run-<pid>) still runs."""
+    pid = run_dir.name.removeprefix("run-")
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def pytest_sessionstart(session):
-    shutil.rmtree(EVIDENCE, ignore_errors=True)  # an earlier run's
+    # An earlier run's evidence goes; a run beside this one keeps its own.
+    for run_dir in EVIDENCE.glob("*"):
+        if not _running(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -456,9 +477,14 @@ def debian13():
         yield cluster
         return
     start = time.monotonic()
-    metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
-    assert cluster_containers(cluster.name) == []
-    cluster.up = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
+    try:
+        metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
+        assert cluster_containers(cluster.name) == []
+        cluster.up = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
+    finally:
+        # tests/schedule.sh starts the work it runs beside these modules now (up or not).
+        UP_MARKER.parent.mkdir(parents=True, exist_ok=True)
+        UP_MARKER.write_text(f"{time.monotonic() - start:.1f}\n")
     _SHARED["Debian 13 cluster brought up"] = time.monotonic() - start
     yield cluster
     metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
