@@ -465,6 +465,13 @@ class LocalStack:
                 and (ok is None or e.get("ok") is ok)]
 
 
+def mark_up(seconds: float) -> None:
+    """Tell tests/schedule.sh that the shared cluster's bring-up has ended (up or not): it
+    starts the work it runs beside these modules now."""
+    UP_MARKER.parent.mkdir(parents=True, exist_ok=True)
+    UP_MARKER.write_text(f"{seconds:.1f}\n")
+
+
 @pytest.fixture(scope="session")
 def debian13():
     """The Debian 13 cluster, brought up once from nothing and shared by every module that
@@ -474,6 +481,7 @@ def debian13():
                          elastic=("gpu-003", "gpu-004"), submit_host="login-001")
     if os.environ.get("METALSLURM_E2E_REUSE"):
         # Developer shortcut: test against the cluster a previous 'local up' left running.
+        mark_up(0.0)
         yield cluster
         return
     start = time.monotonic()
@@ -482,9 +490,7 @@ def debian13():
         assert cluster_containers(cluster.name) == []
         cluster.up = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
     finally:
-        # tests/schedule.sh starts the work it runs beside these modules now (up or not).
-        UP_MARKER.parent.mkdir(parents=True, exist_ok=True)
-        UP_MARKER.write_text(f"{time.monotonic() - start:.1f}\n")
+        mark_up(time.monotonic() - start)
     _SHARED["Debian 13 cluster brought up"] = time.monotonic() - start
     yield cluster
     metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
