@@ -364,6 +364,9 @@ class Sdiag:
 
 _NUMBER = re.compile(r"^\s*([A-Za-z][A-Za-z ()/_.-]*?):\s+(-?\d+(?:\.\d+)?)\s*$")
 _RPC = re.compile(r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)")
+# "Job states ts:  Sat Nov 28 05:21:01 2026 (1795843261)": when slurmctld last counted its
+# pending and running jobs (the "Jobs pending" and "Jobs running" lines below it).
+_JOB_STATES_TS = re.compile(r"^Job states ts:.*\((\d+)\)\s*$")
 
 
 def parse_sdiag(text: str) -> Sdiag:
@@ -394,6 +397,10 @@ def parse_sdiag(text: str) -> Sdiag:
             m = _RPC.match(line)
             if m:
                 rpcs[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+            continue
+        m = _JOB_STATES_TS.match(line)
+        if m and section is counters:
+            counters["Job states ts"] = float(m.group(1))
             continue
         m = _NUMBER.match(line)
         if m and m.group(1) not in section:
@@ -427,6 +434,9 @@ class Burst:
     sinfo_ms: tuple[float, ...] = ()    # what a user waited for sinfo, polled in the run
     sdiag_unanswered: int = 0           # polls whose sdiag got no answer in MessageTimeout
     refusals: tuple[str, ...] = ()      # what sbatch said when it refused (the first 5 kinds)
+    ended_otherwise: int = 0            # jobs gone from the queue outside sdiag's completed,
+                                        # cancelled and failed counters (time limit, node fail)
+    drained: tuple[str, ...] = ()       # "<nodes> <reason>" for nodes drained at the end
 
     @property
     def submits_per_s(self) -> float:
@@ -460,6 +470,16 @@ def ended(counters: Mapping[str, float]) -> float:
     """Jobs that have left the queue, by sdiag's counters (cheap to ask for, unlike squeue
     over thousands of jobs, which would load the slurmctld being measured)."""
     return sum(counters.get(f"Jobs {how}", 0) for how in ("completed", "canceled", "failed"))
+
+
+def queue_empty(counters: Mapping[str, float], since: float) -> bool:
+    """sdiag's count of pending and running jobs, taken after ``since`` (epoch seconds), is 0.
+
+    Jobs that end by their time limit or a node failure leave the queue without entering the
+    completed, cancelled or failed counters: this ends a burst where ``ended`` never would
+    (slurmctld recounts about once a minute)."""
+    return (counters.get("Job states ts", 0) > since
+            and counters.get("Jobs pending", -1) == 0 and counters.get("Jobs running", -1) == 0)
 
 
 ONE_CPU_JOB = "-p debug -N1 -n1 --time=1 -o /dev/null -e /dev/null --wrap true"
@@ -507,6 +527,7 @@ def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
             began = time.monotonic()
             lab.sh(f"scontrol update PartitionName={partition} State=UP")
             released = True
+        released_at = time.time()
         start_seconds = 0.0
         probes: list[float] = []
         unanswered = 0
@@ -526,6 +547,9 @@ def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
                 start_seconds = now
             if start_seconds and ended(counters) >= submitted:
                 break
+            if queue_empty(counters, released_at):
+                start_seconds = start_seconds or now
+                break
             if now > timeout:
                 raise LabError(f"{submitted - ended(counters):.0f} jobs still queued after "
                                f"{timeout:.0f} s")
@@ -535,9 +559,13 @@ def burst(lab: Lab, jobs: int, users: Sequence[str] = USERS,
     finally:
         if not released:
             lab.sh(f"scontrol update PartitionName={partition} State=UP", check=False)
+    drained = lab.sh(f"sinfo -h -p {partition} -t drain,draining,drained -o '%D %E'",
+                     check=False)
     return Burst(jobs, submitted, submit_seconds, start_seconds, finish_seconds,
                  sdiag_answer(lab), before, after, refused, held, submit_sdiag,
-                 tuple(probes), unanswered, tuple(why)[:5])
+                 tuple(probes), unanswered, tuple(why)[:5],
+                 max(0, submitted - int(ended(counters))),
+                 tuple(line.strip() for line in drained.splitlines() if line.strip()))
 
 
 def sdiag_answer(lab: Lab, tries: int = 5) -> Sdiag:
@@ -571,6 +599,9 @@ def burst_summary(b: Burst) -> dict[str, Any]:
         "sinfo_ms_p50": percentile(b.sinfo_ms, 50), "sinfo_ms_p95": percentile(b.sinfo_ms, 95),
         "sinfo_ms_max": percentile(b.sinfo_ms, 100), "sinfo_probes": len(b.sinfo_ms),
         "sdiag_unanswered": b.sdiag_unanswered, "refusals": list(b.refusals),
+        "ended_otherwise": b.ended_otherwise,
+        "drained_nodes": sum(int(d.split()[0]) for d in b.drained if d.split()[0].isdigit()),
+        "drain_reasons": list(b.drained)[:5],
         "submit_top_rpcs": top_rpcs(b.submit_sdiag) if b.submit_sdiag else None,
         "submit_main_mean_cycle_us": b.submit_sdiag.main.get("Mean cycle")
         if b.submit_sdiag else None,
@@ -586,4 +617,8 @@ def summary_line(label: str, row: Mapping[str, Any]) -> str:
             f"{row['starts_per_s']}/s started, all started {row['start_s']} s and done "
             f"{row['finish_s']} s {since}; main cycle "
             f"mean {row['main_mean_cycle_us']} us, backfill mean {row['bf_mean_cycle_us']} us; "
-            f"slurmctld {row['slurmctld_cpu_s']} CPU s, {row['slurmctld_peak_rss_mib']} MiB peak")
+            f"slurmctld {row['slurmctld_cpu_s']} CPU s, {row['slurmctld_peak_rss_mib']} MiB peak"
+            + (f"; {row['ended_otherwise']} ended outside sdiag's counters (time limit, node "
+               "failure)" if row.get("ended_otherwise") else "")
+            + (f"; nodes drained at the end: {', '.join(row['drain_reasons'])}"
+               if row.get("drained_nodes") else ""))

@@ -5,6 +5,7 @@ tests/e2e/test_scale_lab.py and as the benchmark."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -232,13 +233,23 @@ class ScriptedLab:
 
     slurmctld_usage = lab.Lab.slurmctld_usage   # the real parsing, over the answer below
 
-    def __init__(self, jobs: int, busy: int = 0):
+    def __init__(self, jobs: int, busy: int = 0, timed_out: int = 0, stale: int = 0):
         self.jobs, self.busy, self.commands = jobs, busy, []
+        # timed_out: jobs that end by their time limit, outside sdiag's three end counters;
+        # the first ``stale`` polls then show an empty queue counted before the release.
+        self.timed_out, self.stale = timed_out, stale
         self.recording = SDIAG.read_text()
 
-    def sdiag(self, started: int, ended: int) -> str:
-        return (self.recording.replace("Jobs started:   4", f"Jobs started:   {started}")
-                .replace("Jobs completed: 0", f"Jobs completed: {ended}"))
+    def sdiag(self, started: int, ended: int, poll: bool = False) -> str:
+        text = (self.recording.replace("Jobs started:   4", f"Jobs started:   {started}")
+                .replace("Jobs completed: 0", f"Jobs completed: {ended - self.timed_out}"))
+        if self.timed_out:
+            counted = time.time() - 3600 if self.stale else time.time() + 1
+            self.stale = max(0, self.stale - poll)
+            text = (text.replace("(1795807010)", f"({counted:.0f})")
+                    .replace("Jobs pending:   1", "Jobs pending:   0")
+                    .replace("Jobs running:   4", "Jobs running:   0"))
+        return text
 
     def sh(self, script: str, user=None, timeout=600, check=True) -> str:
         self.commands.append(script)
@@ -247,11 +258,13 @@ class ScriptedLab:
                 self.busy -= 1
                 return ("sdiag: error: slurm_get_statistics: Socket timed out on send/recv "
                         "operation\n== sinfo us: 10000000\n")
-            return self.sdiag(self.jobs, self.jobs) + "== sinfo us: 2500\n"
+            return self.sdiag(self.jobs, self.jobs, poll=True) + "== sinfo us: 2500\n"
         if script == "sdiag":
             return self.sdiag(self.jobs, self.jobs)
         if script.startswith("p=$(pgrep"):
             return "100\n150 50\nVmRSS:\t 2048 kB\nVmHWM:\t 4096 kB\n"
+        if script.startswith("sinfo -h -p debug -t drain"):
+            return f"{self.timed_out} Kill task failed\n" if self.timed_out else ""
         return ""
 
     def popen(self, script: str, user=None):
@@ -285,6 +298,29 @@ def test_a_held_burst_submits_to_a_down_partition_and_releases_it_in_one_update(
     assert (row["sinfo_ms_p50"], row["sinfo_ms_max"], row["sdiag_unanswered"]) == (
         10000.0, 10000.0, 2)
     assert "after their release" in lab.summary_line("x", row)
+
+
+def test_jobs_ended_by_their_time_limit_end_the_burst_by_the_empty_queue_counted_after_it():
+    # sdiag's completed counter stops 2 short (the time limit's jobs are not in it): the burst
+    # ends once slurmctld's own count of pending and running jobs, taken after the release,
+    # is 0, not at the timeout; an empty count from before the release does not end it.
+    fake = ScriptedLab(jobs=9, timed_out=2, stale=3)
+    b = lab.burst(fake, 9, ("alice",), held=True, timeout=60)
+    polls = [c for c in fake.commands if c.startswith("sdiag;")]
+    assert len(polls) == 4    # three stale counts passed over, the fourth ends it
+    assert (b.submitted, b.ended_otherwise, b.drained) == (9, 2, ("2 Kill task failed",))
+    row = lab.burst_summary(b)
+    assert (row["ended_otherwise"], row["drained_nodes"], row["drain_reasons"]) == (
+        2, 2, ["2 Kill task failed"])
+
+
+def test_the_job_count_sdiag_took_is_read_with_its_time():
+    counters = lab.parse_sdiag(SDIAG.read_text()).counters
+    assert (counters["Job states ts"], counters["Jobs pending"], counters["Jobs running"]) == (
+        1795807010, 1, 4)
+    assert not lab.queue_empty({**counters, "Jobs pending": 0, "Jobs running": 0}, 1795807010)
+    assert lab.queue_empty({**counters, "Jobs pending": 0, "Jobs running": 0}, 1795807009)
+    assert not lab.queue_empty({"Jobs pending": 0, "Jobs running": 0}, 0)   # no count at all
 
 
 def test_an_unheld_burst_leaves_the_partition_alone():
