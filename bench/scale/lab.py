@@ -53,7 +53,10 @@ LAB_SETTINGS: dict[str, str] = {
     "SlurmdLogFile": "/var/log/slurm/slurmd-%n.log",
     # Every slurmd sees the container's 2 CPUs and its memory: the node lines stand instead
     # (otherwise each node registers INVALID: 'Node configuration differs from hardware').
-    "SlurmdParameters": "config_overrides",
+    # conmgr_threads=2: a slurmd of 24.11 starts 12 threads (8 connection workers), 4 with
+    # this; 1,024 slurmds idle at 13,000 threads otherwise, and with a burst's slurmstepds
+    # the host's pid_max (32,768) was reached: slurmctld died ('pthread_create error').
+    "SlurmdParameters": "config_overrides,conmgr_threads=2",
     # No cgroup tree is delegated to a thousand slurmds in one container.
     "ProctrackType": "proctrack/linuxproc",
     "TaskPlugin": "task/none",
@@ -71,6 +74,8 @@ NOT_MODELLED = (
     "node hardware: every node reports the node line (config_overrides), GPUs are empty "
     "files named like the devices; no cgroups, no device binding, no CUDA_VISIBLE_DEVICES",
     "the nodes' CPU: all slurmds and job steps share the 2 cores with slurmctld",
+    "the nodes' threads: every slurmd, job step and slurmctld thread takes a PID of one host "
+    "(pid_max 32,768 here): each slurmd runs 2 connection workers, not 8",
     "accounting (no slurmdbd), the REST API, the prolog and epilog, the health checker",
 )
 

@@ -57,7 +57,7 @@ def test_lab_conf_changes_only_the_simulation_settings_and_says_so():
     assert settings["TaskPlugin"] == "task/none"
     assert settings["HealthCheckProgram"] == "/bin/true"
     # Not in the rendered file: added before the nodes.
-    assert settings["SlurmdParameters"] == "config_overrides"
+    assert settings["SlurmdParameters"] == "config_overrides,conmgr_threads=2"
     assert settings["ProctrackType"] == "proctrack/linuxproc"
     # Everything else as rendered, and each replaced line kept as a comment.
     assert settings["TreeWidth"] == "23" and settings["ClusterName"] == "metalslurm"
