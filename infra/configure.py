@@ -102,10 +102,12 @@ class _Progress:
 
 
     def _warnings(self, res: dict[str, Any]) -> None:
-        found = [str(w) for w in res.get("warnings") or []]
+        found: list[str] = []
         notes = []
-        # A looped debug task's messages are in its items' results.
+        # A looped task's warnings, and a looped debug task's messages, are in its items'
+        # results.
         for item in [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]:
+            found += [str(w) for w in item.get("warnings") or []]
             msg = item.get("msg")
             if isinstance(msg, str) and msg.startswith("WARNING:"):
                 found.append(msg[len("WARNING:"):].strip())
