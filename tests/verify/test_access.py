@@ -37,7 +37,8 @@ def test_sshd_checks_the_admin_exemption_then_pam_slurm_adopt_last(host):
     adopt = next(i for i, line in enumerate(account) if "pam_slurm_adopt.so" in line)
     assert account.index("@include common-account") < exemption < adopt == len(account) - 1
     assert account[exemption].startswith("account sufficient pam_access.so accessfile=")
-    assert account[adopt].startswith("-account required pam_slurm_adopt.so")
+    # required, never "-account": a missing module must not let everyone in
+    assert account[adopt].startswith("account required pam_slurm_adopt.so")
 
 
 def test_the_exemption_lets_in_root_and_the_admin_group_only(host, cluster):
