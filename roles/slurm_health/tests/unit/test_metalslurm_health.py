@@ -178,6 +178,24 @@ def test_a_critical_xid_inside_the_window_fails_and_ages_out():
     assert (later.ok, later.detail) == (True, "no critical Xid in the last 3600 s")
 
 
+def test_a_user_chosen_path_in_a_kernel_message_is_no_xid():
+    # What Linux 5.18+ logs for a program run with an empty argv, the path being the user's:
+    # a kernel record, but not the driver's; the match is anchored at the message's start.
+    forged = [(1000.0, "process '/tmp/NVRM: Xid (PCI:0000:3b:00.0): 79' launched "
+                       "'/tmp/NVRM: Xid (PCI:0000:3b:00.0): 79' with NULL argv: empty string "
+                       "added")]
+    r = health.check_xid(config(), reader=lambda: forged, uptime=lambda: 1100.0)
+    assert (r.ok, r.detail) == (True, "no critical Xid in the last 3600 s")
+
+
+def test_only_the_kernels_own_records_are_read(tmp_path):
+    # prio 4 = facility 0 (kernel), level 4; prio 12 = facility 1 (user), level 4: written to
+    # /dev/kmsg by a process, not by the driver.
+    path = tmp_path / "kmsg"
+    path.write_text("12,813,1000000,-;NVRM: Xid (PCI:0000:ba:00): 79, pid=1, forged\n")
+    assert health.read_kmsg(str(path)) == []
+
+
 def test_an_unreadable_kernel_log_skips_the_xid_check():
     def denied():
         raise PermissionError(1, "Operation not permitted")
