@@ -188,6 +188,21 @@ def test_gres_and_cgroup_files(rendered):
         "ConstrainRAMSpace": "YES"}
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_job_gets_a_private_tmp_under_a_node_local_base(rendered, release):
+    """job_container/tmpfs on every release (its default directories are /tmp and /dev/shm
+    on 22.05 and 24.11 alike), with the extern step it needs; its base is in the restart
+    record, since slurmd reads job_container.conf at start only."""
+    conf = settings(rendered / release / "slurm.conf")
+    assert (conf["JobContainerType"], "Contain" in conf["PrologFlags"].split(",")) == (
+        "job_container/tmpfs", True)
+    assert lines(rendered / release / "job_container.conf") == [
+        "AutoBasePath=YES", "BasePath=/var/lib/slurm/jobtmp"]
+    record = lines(rendered / release / ".metalslurm-restart-keys.conf")
+    assert {"JobContainerType=job_container/tmpfs",
+            "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
+
+
 GPU_FACTS = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
 
 

@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "xid_window": 3600,            # seconds an Xid error counts
     "max_ecc_uncorrected": 0,      # volatile uncorrected ECC errors tolerated per GPU
     "ib_rate_gbps": 0,             # the rate every InfiniBand compute port must reach; 0: any
-    "min_free_tmp_mib": 1024,      # free space /tmp must keep
+    "min_free_tmp_mib": 1024,      # free space the jobs' /tmp and /dev/shm base must keep
     "min_free_cache_mib": 10240,   # free space Enroot's layer cache must keep
 }
 
