@@ -393,8 +393,12 @@ class LocalCluster:
                 "--label", f"metalslurm.groups={','.join(spec.groups)}",
                 "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro",
                 "-v", f"{self.state.host_ca.resolve()}:{NODE_HOST_CA_DIR}:ro"]
+        shared = {path for _d, path in self.bind_mounts()}
         for host_dir, path in mounts:
-            args += ["-v", f"{host_dir.resolve()}:{path}"]
+            # Users write to the shared paths: no set-uid program or device node there counts
+            # (as nfs_client mounts them on real clusters).
+            args += ["-v", f"{host_dir.resolve()}:{path}" + (":nosuid,nodev" if path in shared
+                                                             else "")]
         for limit in ULIMITS:
             args += ["--ulimit", limit]
         if "slurm_compute" in spec.groups:

@@ -104,5 +104,6 @@ def test_mount_unit_waits_for_the_network_and_mounts_hard(rendered, kernel, ncon
         "[Unit]", "Description=Shared /data/ckpt-1 of cluster lab from nfs",
         "Documentation=man:nfs(5)", "Wants=network-online.target", "After=network-online.target",
         "[Mount]", "What=10.77.0.254:/data/ckpt-1", "Where=/data/ckpt-1", "Type=nfs4",
-        f"Options=hard,proto=tcp,vers=4.2,noatime,timeo=600,retrans=2,_netdev{nconnect}",
+        "Options=hard,proto=tcp,vers=4.2,noatime,timeo=600,retrans=2,nosuid,nodev,"
+        f"_netdev{nconnect}",
         "TimeoutSec=900", "[Install]", "WantedBy=remote-fs.target"]
