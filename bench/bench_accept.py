@@ -37,7 +37,7 @@ from tests import accept_standins
 REPO = Path(__file__).resolve().parents[1]
 TARGET_SECONDS_PER_NODE = 30.0
 SETTINGS = {"path": ["/shared/bench-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
-            "gpudirect": False, "shared_dir": "/shared/bench-accept/gate",
+            "gpudirect": False,
             "timeouts": {"dcgm": 60, "nccl": 60, "ib_write_bw": 20}}
 
 

@@ -394,8 +394,7 @@ def _accept_setup(args: argparse.Namespace):
         raise InputError("--inventory", f"has no host in group slurm_compute; give "
                          f"{INVENTORY_FILE}", args.inventory)
     all_vars = (document.get("all") or {}).get("vars") or {}
-    settings = settings_from_inventory(all_vars, list(all_vars.get("metalslurm_shared_paths")
-                                                      or []), getattr(args, "level", None))
+    settings = settings_from_inventory(all_vars, getattr(args, "level", None))
     host_vars = {**all_vars, **(((document.get("all") or {}).get("hosts") or {}).get(
         controller) or {})}
     return nodes, settings, Remote(controller, host_vars)
@@ -463,22 +462,23 @@ def cmd_accept_report(args: argparse.Namespace) -> int:
     """The table and HTML page of a run (default: the last) from the gate's history."""
     from datetime import UTC, datetime
 
+    from infra.accept.gate import HISTORY_PATH, read_history_file
     from infra.accept.report import format_table, render_html
     from infra.accept.verdicts import read_verdicts_text
 
     _check_html_argument(args.html)
     _nodes, settings, remote = _accept_setup(args)
     try:
-        text = remote.run(f"cat {settings.history_path} 2>/dev/null", check=False).stdout
+        text = read_history_file(remote)
     finally:
         remote.close()
     records, _bad = read_verdicts_text(text, datetime.now(UTC), settings.history_days)
     history = [r.measurement for r in records]
     runs = sorted({m.run for m in history})
     if not runs:
-        raise InputError("--inventory", f"the gate's history ({settings.history_path}) has no "
-                         f"run in the last {settings.history_days} days; run 'metalslurm "
-                         "accept' first", args.inventory)
+        raise InputError("--inventory", f"the gate's history ({HISTORY_PATH} on the controller) "
+                         f"has no run in the last {settings.history_days} days; run "
+                         "'metalslurm accept' first", args.inventory)
     run = args.run or runs[-1]
     if run not in runs:
         raise InputError("--run", f"is not a run of the history; the runs are "

@@ -60,7 +60,13 @@ from infra.schema import (
     key,
 )
 from infra.topology_config import TopologySettings, parse_topology_settings
-from infra.users_config import AccessSettings, UnixGroup, UnixUser, parse_users
+from infra.users_config import (
+    AccessSettings,
+    UnixGroup,
+    UnixUser,
+    check_login_user,
+    parse_users,
+)
 
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
@@ -170,7 +176,7 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "receivers (webhook, slack, email), secretsFile.", {}),
     StackKey("rest", "Slurm's REST API (slurmrestd, JWT tokens) - enabled, port, "
              "listenAddress, maxTokenLifespan.", {}),
-    StackKey("accept", "The acceptance gate (metalslurm accept) - gate, level, sharedDir, "
+    StackKey("accept", "The acceptance gate (metalslurm accept) - gate, level, "
              "historyDays, fleetFraction, minSamples, maxRounds, hcaType, hcas, gpudirect, "
              "path, timeouts, thresholds.", {}),
     StackKey("gpu", "The NVIDIA driver stack on GPU nodes - mode (install, preinstalled, off), "
@@ -188,8 +194,8 @@ STACK_KEYS: tuple[StackKey, ...] = (
              secret=True),
     StackKey("registryCredentials", "Container registry logins written into each cluster "
              "user's Enroot credentials - [{host, login, password}].", secret=True),
-    StackKey("alertSecrets", "The alert receivers' credentials - {<receiver>: {url} for "
-             "Slack, {password} for e-mail with a username}.", secret=True),
+    StackKey("alertSecrets", "The alert receivers' credentials - {<receiver>: {url} for a "
+             "webhook or Slack, {password} for e-mail with a username}.", secret=True),
 )
 TOP_KEYS = tuple(k.name for k in STACK_KEYS)
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in STACK_KEYS if k.default is not None}
@@ -635,6 +641,10 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     if byo is not None:
         login = replace(login, count=len(byo.login_hosts()), hosts=byo.login_hosts())
     oci, shapes = parse_oci(c, raw, provider, cidr, pools, secrets)
+    if byo is not None:
+        check_login_user(c, users, byo.ssh_user, f"{key('byo')}.sshUser")
+    if oci is not None:
+        check_login_user(c, users, oci.ssh_user, f"{key('oci')}.sshUser")
     pools = [replace(p, hosts=hosts_by_pool.get(p.name, p.hosts),
                      shape=shapes.get(p.name, p.shape)) for p in pools]
     _check_node_names(c, pools, controller_name, storage, cidr, login)
@@ -652,7 +662,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
                                   [n for p in pools for n in p.elastic_names()], base_dir,
                                   secrets["alertSecrets"])
     rest = parse_rest(c, raw, os_name, cidr)
-    accept = parse_accept(c, raw, list(storage.paths) if storage.backend != "none" else [])
+    accept = parse_accept(c, raw)
 
     if c.problems:
         raise ConfigError(c.problems, source, value)

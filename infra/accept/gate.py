@@ -2,38 +2,58 @@
 
 One run, driven from the operator's machine over SSH to the controller (``Remote``):
 
-1. The nodes: those named, or every node drained with the gate's reason prefix
+1. Every node left in an earlier run's reservation (``metalslurm-accept-*``: a run that was
+   stopped) and not drained is drained with the gate's reason prefix ("left untested by run
+   <id>"), then the reservation is deleted: such a node is tested, never returned untested.
+2. The nodes: those named, or every node drained with the gate's reason prefix
    (``metalslurm-accept:``). A node drained by anyone else is neither tested nor resumed.
-2. A maintenance reservation on them (``metalslurm-accept-<run>``, root only, MAINT and
+3. A maintenance reservation on them (``metalslurm-accept-<run>``, root only, MAINT and
    IGNORE_JOBS): no user job starts there from now on; a running one ends first, since the
    gate's jobs are exclusive. Nodes the gate drained are resumed so that its jobs can run
    (they stay in the reservation); powered-down elastic nodes are powered up by Slurm for
    those jobs and go back to sleep after SuspendTime.
-3. One job per node: ``dcgmi diag -r 2`` (quick) or ``-r 3`` (full), then nccl-tests'
+4. One job per node: ``dcgmi diag -r 2`` (quick) or ``-r 3`` (full), then nccl-tests'
    ``all_reduce_perf`` over the node's GPUs; each tool under ``timeout`` (a hang is killed at
    its limit and fails with "timed out").
-4. Two-node jobs in rounds (infra/accept/pairing.py): ``all_reduce_perf`` across the pair with
+5. Two-node jobs in rounds (infra/accept/pairing.py): ``all_reduce_perf`` across the pair with
    ``srun --mpi=pmix`` and the node's NCCL settings (``/etc/nccl.env``), then ``ib_write_bw``
    per HCA port from one node to the other; a failing pair's nodes meet known-good partners
    in the next round, which names the bad one.
-5. Verdicts (infra/accept/verdicts.py) against the floors and the history on shared storage;
-   the figures are appended to it. Failing nodes are drained with the gate's prefix and the
-   failed test's figure in the reason; the reservation is deleted, which returns the others.
+6. Verdicts (infra/accept/verdicts.py) against the floors and the history; the figures are
+   appended to it. Failing nodes are drained with the gate's prefix and the failed test's
+   figure in the reason; the reservation is deleted, which returns the others.
 
-A run that fails half-way leaves its reservation (no user job lands on an untested node);
-the next run deletes every earlier ``metalslurm-accept-*`` reservation before it starts.
+Nothing the gate runs as root reads or writes a path a cluster user can write (``/shared``
+is mode 1777, and with NFS's root_squash root on a node is not even root there):
+
+- the job scripts go to ``sbatch`` on its standard input (Slurm keeps them with the job);
+  their parameters are ``GATE_*`` variables;
+- each job writes its results on its own node's disk, under ``LOCAL_DIR`` (root only, 0700,
+  made by the job); as soon as a job has ended, ``srun`` in the reservation over its nodes
+  prints them back (``COLLECT_PROGRAM``, short lines: srun passes a task's lines whole);
+- the history is ``HISTORY_PATH`` on the controller's disk, root's, 0600, read and appended
+  by ``HISTORY_PROGRAM``, which refuses a link, FIFO, device or file of several links and
+  replaces the file through a new one in the same directory, synced, renamed over it.
+
+A Slurm read that feeds a decision (``sinfo``, ``squeue``, ``scontrol show``) is retried and
+then stops the run; it is never taken for an empty answer. A run that stops half-way
+(an error, Ctrl-C) cancels its jobs and drains every node under test without a verdict
+("run <id> interrupted, not judged"), and leaves its reservation for the next run (step 1).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 from typing import Any
+
+import hostlist
 
 from infra.accept.pairing import BAD, GOOD, Pair, Pairing
 from infra.accept.parsers import (
@@ -45,7 +65,7 @@ from infra.accept.parsers import (
     parse_health_json,
     parse_ib_write_bw,
 )
-from infra.accept.remote import Remote
+from infra.accept.remote import Remote, RemoteError
 from infra.accept.verdicts import (
     PASS_FAIL_UNIT,
     REASON_PREFIX,
@@ -61,6 +81,15 @@ RESERVATION_PREFIX = "metalslurm-accept"
 LEVELS = {"quick": 2, "full": 3}
 TIMED_OUT = {124, 137}  # timeout(1)'s status, and a KILL at its limit
 HEALTH_TIMEOUT = 120  # the node script's limit on each metalslurm-health run
+# The gate's own directory on the controller (the history) and on each node (runs/<run>/:
+# the jobs' results): on the machine's own disk, under root's /var/lib, mode 0700.
+LOCAL_DIR = "/var/lib/metalslurm/accept"
+HISTORY_PATH = f"{LOCAL_DIR}/history.jsonl"
+READ_TRIES = 10  # a Slurm read that fails is tried again this often, the poll interval apart
+COLLECT_TIMEOUT = 900  # s: srun reading results back waits for its nodes (a resume at worst)
+COLLECT_LINE = 768  # characters of a result line: under slurmstepd's 1024-byte message
+# sinfo's words for a node that cannot run a step now (and "*": not responding)
+UNREACHABLE = ("down", "fail", "drain")
 
 # Defaults, each with where it comes from. A floor is per GPU type (the NCCL tests) or per
 # HCA type (ib_write_bw); a type without a floor is judged against the fleet only.
@@ -85,7 +114,7 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, dict[str, float]]] = {
 
 
 class GateError(RuntimeError):
-    """The gate cannot run (nothing was changed; the message says what to do)."""
+    """The gate cannot run or go on (the message says what to do)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +124,6 @@ class GateSettings:
     # and waits for a run of 'metalslurm accept'.
     gate: bool = False
     level: str = "quick"
-    shared_dir: str = "/shared/metalslurm/accept"  # runs/ and history.jsonl under it
     history_days: int = 90
     fleet_fraction: float = 0.10
     min_samples: int = 3
@@ -109,10 +137,6 @@ class GateSettings:
         "dcgm": 1800, "nccl": 600, "ib_write_bw": 120})
     thresholds: Mapping[str, Mapping[str, Mapping[str, float]]] = field(
         default_factory=lambda: DEFAULT_THRESHOLDS)
-
-    @property
-    def history_path(self) -> str:
-        return f"{self.shared_dir}/history.jsonl"
 
     def floor(self, test: str, hardware: str) -> float | None:
         kind = "hca" if test.startswith("ib_write_bw") else "gpu"
@@ -143,13 +167,19 @@ class GateResult:
     history_unreadable: int = 0
 
 
-NODE_SCRIPT = r"""#!/bin/bash
-# metalslurm acceptance gate: one node's own tests (written by 'metalslurm accept').
-set -u
-out=$1
-mkdir -p "$out" && cd "$out" || exit 1
+# The jobs' first lines: the results' directory on the node's own disk, root's alone (0700
+# on LOCAL_DIR, which install(1) sets on an existing one too), and the script's own output
+# there. sbatch's -o is /dev/null: Slurm writes nothing anywhere else.
+_RESULTS_DIR = r"""set -u
+out=@LOCAL_DIR@/runs/$GATE_RUN/$GATE_DIR
+install -d -m 0700 @LOCAL_DIR@ && install -d -m 0700 "$out" && cd "$out" || exit 1
+exec > job.log 2>&1
 if [ -r /etc/nccl.env ]; then set -a; . /etc/nccl.env; set +a; fi
-PATH=${GATE_PATH:+$GATE_PATH:}$PATH:/usr/local/sbin
+"""
+
+NODE_SCRIPT = r"""#!/bin/bash
+# metalslurm acceptance gate: one node's own tests (given to sbatch by 'metalslurm accept').
+@RESULTS_DIR@PATH=${GATE_PATH:+$GATE_PATH:}$PATH:/usr/local/sbin
 run() {  # run NAME LIMIT COMMAND...: output, errors and exit status beside each other
     local name=$1 limit=$2; shift 2
     if ! command -v "$1" >/dev/null; then
@@ -165,15 +195,13 @@ health before
 run dcgm "$GATE_DCGM_TIMEOUT" dcgmi diag -r "$GATE_DCGM_LEVEL" -j
 run nccl_1node "$GATE_NCCL_TIMEOUT" all_reduce_perf -b 1G -e 16G -f 2 -g "$GATE_GPUS"
 health after
-""".replace("@HEALTH_CHECKS@", ",".join(HEALTH_CHECKS)).replace(
-    "@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT))
+""".replace("@RESULTS_DIR@", _RESULTS_DIR).replace("@LOCAL_DIR@", LOCAL_DIR).replace(
+    "@HEALTH_CHECKS@", ",".join(HEALTH_CHECKS)).replace("@HEALTH_TIMEOUT@", str(HEALTH_TIMEOUT))
 
+# Its results are on the node the batch script runs on (the allocation's first node).
 PAIR_SCRIPT = r"""#!/bin/bash
-# metalslurm acceptance gate: two nodes' fabric tests (written by 'metalslurm accept').
-set -u
-out=$1 a=$2 b=$3 a_address=$4
-mkdir -p "$out" && cd "$out" || exit 1
-if [ -r /etc/nccl.env ]; then set -a; . /etc/nccl.env; set +a; fi
+# metalslurm acceptance gate: two nodes' fabric tests (given to sbatch by 'metalslurm accept').
+@RESULTS_DIR@a=$GATE_A b=$GATE_B a_address=$GATE_A_ADDRESS
 PATH=${GATE_PATH:+$GATE_PATH:}$PATH
 export PATH
 srun --mpi=pmix -N2 --ntasks-per-node=1 -w "$a,$b" timeout -s KILL "$GATE_NCCL_TIMEOUT" \
@@ -196,12 +224,196 @@ for hca in $hcas; do
     wait
     i=$((i + 1))
 done
-"""
+""".replace("@RESULTS_DIR@", _RESULTS_DIR).replace("@LOCAL_DIR@", LOCAL_DIR)
 
-# Read back every output of a run in one round trip: {relative path: text}.
-COLLECT = ("python3 -c 'import json, os, sys; r = sys.argv[1]; print(json.dumps({os.path.relpath"
-           "(os.path.join(d, f), r): open(os.path.join(d, f), errors=\"replace\").read() "
-           "for d, _, fs in os.walk(r) for f in fs}))' ")
+# Run by srun on each node holding results (python3 -c PROGRAM RUN_DIR): every file under
+# the run's directory as {relative path: text}, zlib'd and base64'd into lines "NODE + DATA"
+# and a last "NODE = COUNT". slurmstepd passes a task's output on in messages of whole lines
+# under 1024 bytes, so the lines of several nodes interleave but are never cut.
+COLLECT_PROGRAM = r"""import base64, json, os, socket, sys, zlib
+root = sys.argv[1]
+node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+files = {}
+for top, _dirs, names in os.walk(root):
+    for name in names:
+        path = os.path.join(top, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            with open(path, errors="replace") as handle:
+                files[os.path.relpath(path, root)] = handle.read()
+data = base64.b64encode(zlib.compress(json.dumps(files).encode())).decode()
+chunks = [data[i:i + @LINE@] for i in range(0, len(data), @LINE@)]
+for chunk in chunks:
+    print(node, "+", chunk)
+print(node, "=", len(chunks))
+""".replace("@LINE@", str(COLLECT_LINE))
+
+# Run on the controller as root (python3 -c PROGRAM read|append PATH; append's text on
+# stdin). Kept to the standard library of any python3 a node has.
+HISTORY_PROGRAM = r'''"""The acceptance gate's history file.
+
+"read PATH" prints it (nothing when there is none); "append PATH" adds standard input
+to it. PATH must be a regular file with one link, owned by whoever runs this, in a directory
+of theirs nobody else can write (made 0700 when missing): a symbolic link, FIFO, device,
+directory or a file with more links is refused, never followed, read or replaced. An
+append writes the old text and the new to a new file in the same directory, syncs it and
+renames it over PATH, under a lock."""
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import sys
+
+KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
+         stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+
+
+class Refused(Exception):
+    pass
+
+
+def check(path, st):
+    kind = stat.S_IFMT(st.st_mode)
+    if kind != stat.S_IFREG:
+        raise Refused(f"{path} is {KINDS.get(kind, 'not a regular file')}")
+    if st.st_nlink != 1:
+        raise Refused(f"{path} has {st.st_nlink} hard links")
+    if st.st_uid != os.geteuid():
+        raise Refused(f"{path} belongs to uid {st.st_uid}")
+
+
+def open_directory(directory, create):
+    if create:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(f"{directory} is not a directory (a symbolic link?)") from None
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise Refused(f"{directory} can be written by others than uid {os.geteuid()}")
+    if create:
+        os.fchmod(fd, 0o700)
+    return fd
+
+
+def read_existing(dfd, name, path):
+    try:
+        check(path, os.stat(name, dir_fd=dfd, follow_symlinks=False))
+    except FileNotFoundError:
+        return b""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=dfd)
+    try:
+        check(path, os.fstat(fd))
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def append(dfd, name, path, text):
+    fcntl.flock(dfd, fcntl.LOCK_EX)
+    old = read_existing(dfd, name, path)
+    if old and not old.endswith(b"\n"):
+        old += b"\n"
+    temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dfd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(old + text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temporary, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        os.unlink(temporary, dir_fd=dfd)
+        raise
+    os.fsync(dfd)
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] not in ("read", "append") or not os.path.isabs(argv[1]):
+        print("usage: read|append ABSOLUTE-PATH", file=sys.stderr)
+        return 2
+    path = argv[1]
+    directory, name = os.path.split(path)
+    try:
+        dfd = open_directory(directory, create=argv[0] == "append")
+        if dfd is None:
+            return 0
+        try:
+            if argv[0] == "read":
+                sys.stdout.buffer.write(read_existing(dfd, name, path))
+            else:
+                append(dfd, name, path, sys.stdin.buffer.read())
+        finally:
+            os.close(dfd)
+    except Refused as exc:
+        print(f"{exc}: refused, neither followed, read nor replaced; move it away and run "
+              "again", file=sys.stderr)
+        return 1
+    return 0
+
+
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def history_command(action: str) -> str:
+    """The controller's command that reads (``read``) or appends to (``append``) the
+    history with :data:`HISTORY_PROGRAM`."""
+    return f"python3 -c {shlex.quote(HISTORY_PROGRAM)} {action} {HISTORY_PATH}"
+
+
+def read_history_file(remote: Remote) -> str:
+    """The history's text (empty when there is none yet); a failure to read it is an error,
+    never an empty history."""
+    proc = remote.run(history_command("read"), check=False)
+    if proc.returncode != 0:
+        raise GateError(f"cannot read the gate's history on the controller: "
+                        f"{(proc.stderr or proc.stdout).strip()[-600:] or proc.returncode}")
+    return proc.stdout
+
+
+def read_collected(text: str, nodes: Sequence[str]) -> dict[str, str]:
+    """The files :data:`COLLECT_PROGRAM` printed on ``nodes``: {path under the run: text}.
+    A node is heard for its own results and its pairs' (``NODE/...``, ``pairs/A+B/...``);
+    one whose lines are missing or incomplete is an error."""
+    chunks: dict[str, list[str]] = {n: [] for n in nodes}
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        node, kind, data = (line.split(" ", 2) + ["", ""])[:3]
+        if node not in chunks:
+            continue
+        if kind == "+":
+            chunks[node].append(data)
+        elif kind == "=" and data.isdigit():
+            counts[node] = int(data)
+    files: dict[str, str] = {}
+    for node in nodes:
+        if counts.get(node) != len(chunks[node]):
+            raise GateError(f"the results on {node} came back incomplete ({len(chunks[node])} "
+                            f"of {counts.get(node, 'an unknown number of')} lines)")
+        try:
+            doc = json.loads(zlib.decompress(base64.b64decode("".join(chunks[node]))))
+        except (ValueError, zlib.error) as exc:
+            raise GateError(f"the results on {node} came back unreadable ({exc})") from None
+        for path, content in doc.items():
+            top, _, rest = path.partition("/")
+            if top == node or (top == "pairs" and node in rest.split("/", 1)[0].split("+")):
+                files[path] = content
+    return files
 
 
 class Gate:
@@ -213,20 +425,46 @@ class Gate:
         self.run_id = self.clock().strftime("%Y%m%dT%H%M%SZ")
         self.when = self.clock().isoformat(timespec="seconds")
         self.reservation = f"{RESERVATION_PREFIX}-{self.run_id}"
-        self.run_dir = f"{settings.shared_dir}/runs/{self.run_id}"
         self.no_health: list[str] = []  # nodes without the health checker
         self.one_gpu: list[str] = []  # nodes whose single-node bus bandwidth means nothing
         self.reserved: list[str] = []  # the reservation's nodes: under test, and partners
+        self.files: dict[str, str] = {}  # the results read back: {path under the run: text}
+        self.judged: set[str] = set()  # nodes drained or passed by this run's verdicts
+
+    @property
+    def run_dir(self) -> str:
+        """The run's results on each node's own disk."""
+        return f"{LOCAL_DIR}/runs/{self.run_id}"
 
     # ---- Slurm, on the controller ------------------------------------------------------
 
-    def slurm(self, command: str, check: bool = True) -> str:
-        return self.remote.run(command, check=check).stdout
+    def slurm(self, command: str, check: bool = True, stdin: str | None = None) -> str:
+        return self.remote.run(command, check=check, stdin=stdin).stdout
+
+    def read(self, command: str) -> str:
+        """A Slurm read that feeds a decision: a failure (slurmctld restarting, an SSH
+        hiccup) is tried again, the poll interval apart, and then stops the run; it is
+        never taken for an empty answer."""
+        problem = ""
+        for attempt in range(READ_TRIES):
+            if attempt:
+                time.sleep(self.poll)
+            try:
+                proc = self.remote.run(command, check=False)
+            except RemoteError as exc:
+                problem = str(exc)
+                continue
+            if proc.returncode == 0:
+                return proc.stdout
+            problem = (f"exit status {proc.returncode}: "
+                       f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        raise GateError(f"{command.split()[0]} failed {READ_TRIES} times on the controller "
+                        f"({problem}); run 'metalslurm accept' again once Slurm answers")
 
     def node_states(self, names: Sequence[str]) -> dict[str, tuple[str, str]]:
         """node -> (sinfo's state, e.g. idle~ or drained; the reason or "none")."""
-        out = self.slurm(f"sinfo --noheader --Node --nodes={','.join(names)} "
-                         "--format='%N|%T|%E'")
+        out = self.read(f"sinfo --noheader --Node --nodes={','.join(names)} "
+                        "--format='%N|%T|%E'")
         states: dict[str, tuple[str, str]] = {}
         for line in out.splitlines():
             name, state, reason = (line.split("|", 2) + ["", ""])[:3]
@@ -235,41 +473,92 @@ class Gate:
 
     def gate_drained(self) -> list[str]:
         """The nodes drained with the gate's prefix (the ones a run without --nodes takes)."""
-        out = self.slurm("sinfo --noheader --Node --format='%N|%E'")
+        out = self.read("sinfo --noheader --Node --format='%N|%E'")
         return sorted({line.split("|", 1)[0] for line in out.splitlines()
                        if "|" in line and line.split("|", 1)[1].startswith(REASON_PREFIX)})
 
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.slurm(f"scontrol update nodename={','.join(nodes)} state=drain "
+                   f"reason={shlex.quote(reason)}")
+
     def remove_old_reservations(self) -> None:
-        out = self.slurm("scontrol show reservation --oneliner", check=False)
+        """Earlier runs' reservations (a run that stopped half-way): their nodes that are
+        not drained are drained with the gate's prefix first, so that the gate tests them
+        instead of their going back to service untested when the reservation goes."""
+        out = self.read("scontrol show reservation --oneliner")
         for line in out.splitlines():
-            name = line.split()[0].split("=", 1)[1] if line.startswith("ReservationName=") else ""
-            if name.startswith(f"{RESERVATION_PREFIX}-"):
-                self.log(f"removing the reservation {name} an earlier run left")
-                self.slurm(f"scontrol delete reservation={name}", check=False)
+            fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+            name = fields.get("ReservationName", "")
+            if not name.startswith(f"{RESERVATION_PREFIX}-"):
+                continue
+            listed = fields.get("Nodes", "")
+            nodes = hostlist.expand_hostlist(listed) if listed not in ("", "(null)") else []
+            states = self.node_states(nodes) if nodes else {}
+            left = [n for n in nodes if n in states and "drain" not in states[n][0]]
+            if left:
+                old_run = name[len(RESERVATION_PREFIX) + 1:]
+                self.drain(left, f"{REASON_PREFIX} left untested by run {old_run}")
+                self.log(f"{', '.join(left)}: left untested in the reservation {name}: "
+                         "drained for this run")
+            self.log(f"removing the reservation {name} an earlier run left")
+            self.slurm(f"scontrol delete reservation={name}", check=False)
 
-    def submit(self, args: str, script: str, script_args: Sequence[str], env: Mapping[str, str]
-               ) -> str:
-        exports = ",".join(["ALL", *(f"{k}={v}" for k, v in env.items())])
+    def submit(self, args: str, script: str, env: Mapping[str, str]) -> str:
+        """A job in the reservation; sbatch reads ``script`` from its standard input."""
+        exports = ",".join(["ALL", f"GATE_RUN={self.run_id}",
+                            *(f"{k}={v}" for k, v in env.items())])
         command = (f"sbatch --parsable --reservation={self.reservation} --exclusive "
-                   f"--export={shlex.quote(exports)} {args} {shlex.quote(script)} "
-                   + " ".join(shlex.quote(a) for a in script_args))
-        return self.slurm(command).strip().split(";")[0]
+                   f"--export={shlex.quote(exports)} -o /dev/null {args}")
+        return self.slurm(command, stdin=script).strip().split(";")[0]
 
-    def wait(self, jobs: Sequence[str]) -> None:
-        pending = set(jobs)
+    def wait(self, jobs: Mapping[str, Sequence[str]]) -> None:
+        """Until every job (id -> its nodes) has ended; each one's results are read back as
+        soon as it has, before an elastic node could be powered down."""
+        pending = dict(jobs)
         while pending:
-            out = self.slurm(f"squeue --noheader --jobs={','.join(sorted(pending))} "
-                             "--format=%i", check=False)
-            pending &= set(out.split())
+            listed = set(self.read(f"squeue --noheader --reservation={self.reservation} "
+                                   "--format=%i").split())
+            ended = sorted(j for j in pending if j not in listed)
+            if ended:
+                self.collect_from(sorted({n for j in ended for n in pending[j]}))
+                for j in ended:
+                    del pending[j]
             if pending:
                 time.sleep(self.poll)
 
+    def collect_from(self, nodes: Sequence[str]) -> None:
+        """The results on those of ``nodes`` that can run a step: one that is down or not
+        responding (it failed under the load, say) keeps its results, and its tests read
+        "did not run"."""
+        states = self.node_states(nodes)
+        lost = {n: states.get(n, ("unknown to Slurm", ""))[0] for n in nodes}
+        lost = {n: state for n, state in lost.items()
+                if state == "unknown to Slurm" or "*" in state
+                or any(word in state for word in UNREACHABLE)}
+        for name, state in lost.items():
+            self.log(f"{name} is {state}: the results it holds cannot be read back")
+        if len(lost) < len(nodes):
+            self.collect([n for n in nodes if n not in lost])
+
+    def collect(self, nodes: Sequence[str]) -> None:
+        """The results on ``nodes`` into ``self.files``, through srun in the reservation."""
+        command = (f"srun --reservation={self.reservation} -w {','.join(nodes)} "
+                   f"-N{len(nodes)} --ntasks-per-node=1 --time=5 "
+                   f"-J {RESERVATION_PREFIX}-collect --quiet "
+                   f"python3 -c {shlex.quote(COLLECT_PROGRAM)} {self.run_dir}")
+        proc = self.remote.run(command, check=False, timeout=COLLECT_TIMEOUT)
+        if proc.returncode != 0:
+            raise GateError(f"could not read the results on {', '.join(nodes)} back (srun: "
+                            f"exit status {proc.returncode}: "
+                            f"{(proc.stderr or proc.stdout).strip()[-300:]})")
+        self.files.update(read_collected(proc.stdout, nodes))
+
     # ---- the run -----------------------------------------------------------------------
 
-    def job_env(self, nodes: Sequence[str]) -> dict[str, str]:
+    def job_env(self, nodes: Sequence[str], directory: str) -> dict[str, str]:
         s = self.settings
         gpus = min(self.nodes[n].gpus for n in nodes)
-        return {"GATE_DCGM_LEVEL": str(LEVELS[s.level]),
+        return {"GATE_DIR": directory, "GATE_DCGM_LEVEL": str(LEVELS[s.level]),
                 "GATE_DCGM_TIMEOUT": str(s.timeouts["dcgm"]),
                 "GATE_NCCL_TIMEOUT": str(s.timeouts["nccl"]),
                 "GATE_IB_TIMEOUT": str(s.timeouts["ib_write_bw"]),
@@ -287,6 +576,7 @@ class Gate:
 
     def run(self, requested: Sequence[str] | None) -> GateResult:
         start = time.monotonic()
+        self.remove_old_reservations()
         names = list(requested) if requested else self.gate_drained()
         states = self.node_states(names) if names else {}
         skipped: dict[str, str] = {}
@@ -307,7 +597,6 @@ class Gate:
             raise GateError(f"{tested[0]} is the only node to test and no other compute node "
                             "is in service to partner its two-node tests; return one to "
                             "service or test it with another node")
-        self.remove_old_reservations()
         self.reserved = tested + reference
         self.slurm(f"scontrol create reservation reservationname={self.reservation} "
                    f"starttime=now duration=infinite users=root flags=maint,ignore_jobs "
@@ -315,29 +604,36 @@ class Gate:
         self.log(f"reservation {self.reservation} on {', '.join(tested + reference)}"
                  + (f" ({reference[0]}: a known-good partner, not under test)"
                     if reference else ""))
+        try:
+            verdicts, rounds, job_count, unreadable = self.test(tested, reference, states)
+            drained, passed = self.conclude(tested, verdicts)
+            self.slurm(f"scontrol delete reservation={self.reservation}")
+        except BaseException:
+            self.hold(tested)
+            raise
+        return GateResult(self.run_id, tested, skipped,
+                          [v for vs in verdicts.values() for v in vs], drained, passed, rounds,
+                          job_count, time.monotonic() - start, unreadable)
+
+    def test(self, tested: Sequence[str], reference: Sequence[str],
+             states: Mapping[str, tuple[str, str]]
+             ) -> tuple[dict[str, list[Verdict]], int, int, int]:
+        """The jobs and their verdicts: (node -> verdicts, rounds, jobs, unreadable history
+        lines)."""
         for name in tested:
             if "drain" in states[name][0]:
                 self.slurm(f"scontrol update nodename={name} state=resume")
-        node_script = f"{self.run_dir}/node.sh"
-        pair_script = f"{self.run_dir}/pair.sh"
-        self.remote.write(node_script, NODE_SCRIPT, mode="0755")
-        self.remote.write(pair_script, PAIR_SCRIPT, mode="0755")
-
         limit = self.time_limit("node")
-        # Slurm opens a job's output file before the job runs: its directory first.
-        self.slurm("mkdir -p " + " ".join(shlex.quote(f"{self.run_dir}/{n}") for n in tested))
-        jobs = [self.submit(f"-N1 -w {n} -J metalslurm-accept-node --time={limit} "
-                            f"-o {self.run_dir}/{n}/node.log", node_script,
-                            [f"{self.run_dir}/{n}"], self.job_env([n]))
-                for n in tested]
+        jobs = {self.submit(f"-N1 -w {n} -J {RESERVATION_PREFIX}-node --time={limit}",
+                            NODE_SCRIPT, self.job_env([n], n)): [n]
+                for n in tested}
         self.log(f"single-node tests: {len(jobs)} jobs")
         self.wait(jobs)
         job_count = len(jobs)
 
-        files: dict[str, str] = {}
         verdicts: dict[str, list[Verdict]] = {n: [] for n in tested}
         history, unreadable = self.history()
-        singles = self.single_node_measurements(tested, self.collect(files))
+        singles = self.single_node_measurements(tested, self.files)
         if self.no_health:
             self.log(f"GPU state before and after the load not checked on "
                      f"{', '.join(self.no_health)}: no metalslurm-health there "
@@ -350,36 +646,51 @@ class Gate:
                        else self.judge(m, history + [s for s, _ in singles]))
             verdicts[m.node].append(verdict)
 
-        pairing, pair_jobs = self.pairwise(tested, reference, history, files)
-        rounds, job_count = len(pairing.rounds), job_count + pair_jobs
+        pairing, pair_jobs = self.pairwise(tested, reference, history)
         for name, pair_verdicts in self.pair_verdicts(pairing, tested).items():
             verdicts[name].extend(pair_verdicts)
-
         self.append_history([v for vs in verdicts.values() for v in vs])
+        return verdicts, len(pairing.rounds), job_count + pair_jobs, unreadable
+
+    def conclude(self, tested: Sequence[str], verdicts: Mapping[str, list[Verdict]]
+                 ) -> tuple[dict[str, str], list[str]]:
+        """Failing nodes drained with their reason; (drained, passed)."""
         drained: dict[str, str] = {}
         passed: list[str] = []
         for name in tested:
             reason = drain_reason(verdicts[name])
             if reason:
                 drained[name] = reason
-                self.slurm(f"scontrol update nodename={name} state=drain "
-                           f"reason={shlex.quote(reason)}")
+                self.drain([name], reason)
                 self.log(f"{name}: FAILED, drained: {reason}")
             else:
                 passed.append(name)
                 self.log(f"{name}: passed")
-        self.slurm(f"scontrol delete reservation={self.reservation}")
-        return GateResult(self.run_id, tested, skipped,
-                          [v for vs in verdicts.values() for v in vs], drained, passed, rounds,
-                          job_count, time.monotonic() - start, unreadable)
+            self.judged.add(name)
+        return drained, passed
+
+    def hold(self, tested: Sequence[str]) -> None:
+        """The run stopped half-way: its jobs cancelled, every node under test without a
+        verdict drained with the gate's prefix, the reservation left for the next run (which
+        drains what is left in it and removes it). Each step is tried whatever the last
+        did."""
+        untested = [n for n in tested if n not in self.judged]
+        reason = f"{REASON_PREFIX} run {self.run_id} interrupted, not judged"
+        try:
+            self.slurm(f"scancel --reservation={self.reservation}")
+        except RemoteError as exc:
+            self.log(f"could not cancel the run's jobs: {exc}")
+        held = ""
+        if untested:
+            try:
+                self.drain(untested, reason)
+                held = f"{', '.join(untested)} drained ({reason}); "
+            except RemoteError as exc:
+                self.log(f"could not drain {', '.join(untested)}: {exc}")
+        self.log(f"run {self.run_id} stopped: {held}the reservation {self.reservation} stays "
+                 "until the next run")
 
     # ---- measurements ------------------------------------------------------------------
-
-    def collect(self, files: dict[str, str]) -> dict[str, str]:
-        out = self.slurm(COLLECT + shlex.quote(self.run_dir))
-        files.clear()
-        files.update(json.loads(out or "{}"))
-        return files
 
     def measurement(self, node: str, test: str, hardware: str, value: float | None, unit: str,
                     error: str = "") -> Measurement:
@@ -507,7 +818,7 @@ class Gate:
         return usable[:1]
 
     def pairwise(self, tested: Sequence[str], reference: Sequence[str],
-                 history: list[Measurement], files: dict[str, str]) -> tuple[Pairing, int]:
+                 history: list[Measurement]) -> tuple[Pairing, int]:
         pairing = Pairing(tested, reference, max_rounds=self.settings.max_rounds)
         self.pair_results: dict[Pair, list[Verdict]] = {}
         jobs = 0
@@ -515,23 +826,18 @@ class Gate:
             pairs = pairing.next_round()
             if not pairs:
                 break
-            self.slurm("mkdir -p " + " ".join(shlex.quote(f"{self.run_dir}/pairs/{a}+{b}")
-                                              for a, b in pairs))
-            ids = [self.submit(f"-N2 -w {a},{b} -J metalslurm-accept-pair "
-                               f"--time={self.time_limit('pair')} "
-                               f"-o {self.run_dir}/pairs/{a}+{b}/pair.log",
-                               f"{self.run_dir}/pair.sh",
-                               [f"{self.run_dir}/pairs/{a}+{b}", a, b, self.nodes[a].address],
-                               self.job_env([a, b]))
-                   for a, b in pairs]
+            ids = {self.submit(f"-N2 -w {a},{b} -J {RESERVATION_PREFIX}-pair "
+                               f"--time={self.time_limit('pair')}", PAIR_SCRIPT,
+                               {**self.job_env([a, b], f"pairs/{a}+{b}"), "GATE_A": a,
+                                "GATE_B": b, "GATE_A_ADDRESS": self.nodes[a].address}):
+                   [a, b] for a, b in pairs}
             jobs += len(ids)
             self.log(f"two-node tests, round {len(pairing.rounds) + 1}: "
                      + ", ".join(f"{a}+{b}" for a, b in pairs))
             self.wait(ids)
-            self.collect(files)
             results = {}
             for pair in pairs:
-                figures = self.pair_figures(pair, files)
+                figures = self.pair_figures(pair, self.files)
                 verdicts = [self.judge(m, history) for m in figures]
                 self.pair_results[pair] = verdicts
                 results[pair] = bool(verdicts) and all(v.passed for v in verdicts)
@@ -589,15 +895,15 @@ class Gate:
     # ---- history -----------------------------------------------------------------------
 
     def history(self) -> tuple[list[Measurement], int]:
-        text = self.slurm(f"cat {shlex.quote(self.settings.history_path)} 2>/dev/null",
-                          check=False)
-        return read_history_text(text, self.clock(), self.settings.history_days)
+        return read_history_text(read_history_file(self.remote), self.clock(),
+                                 self.settings.history_days)
 
     def append_history(self, records: Sequence[Verdict]) -> None:
         text = "".join(r.to_json() + "\n" for r in records)
-        path = shlex.quote(self.settings.history_path)
-        parent = shlex.quote(str(PurePosixPath(self.settings.history_path).parent))
-        self.remote.run(f"mkdir -p {parent} && cat >> {path}", stdin=text)
+        proc = self.remote.run(history_command("append"), check=False, stdin=text)
+        if proc.returncode != 0:
+            raise GateError(f"cannot add this run to the gate's history on the controller: "
+                            f"{(proc.stderr or proc.stdout).strip()[-600:] or proc.returncode}")
 
 
 def gate_nodes(inventory: Mapping[str, Any]) -> dict[str, GateNode]:

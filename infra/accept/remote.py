@@ -49,12 +49,6 @@ class Remote:
                               f"{(proc.stderr or proc.stdout).strip()[-600:]}")
         return proc
 
-    def write(self, path: str, text: str, mode: str = "0644") -> None:
-        """A file on the controller (its directory made), written whole."""
-        quoted = shlex.quote(path)
-        self.run(f"mkdir -p \"$(dirname {quoted})\" && cat > {quoted}.tmp && chmod {mode} "
-                 f"{quoted}.tmp && mv {quoted}.tmp {quoted}", stdin=text)
-
     def close(self) -> None:
         subprocess.run([*self._argv[:-2], "-O", "exit", self._argv[-2]], capture_output=True,
                        check=False, timeout=20)

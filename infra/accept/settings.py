@@ -3,7 +3,8 @@ the key: the stack's ``metalslurm:accept`` (camelCase keys; :func:`parse_accept`
 writes the inventory's ``metalslurm_accept``) and the inventory's ``metalslurm_accept``
 (snake_case keys, for hand-written inventories too; :func:`settings_from_inventory`). One
 validation serves both. Every key is optional; the defaults and their sources are in
-infra/accept/gate.py.
+infra/accept/gate.py. ``sharedDir`` (``shared_dir``) is refused with what to do: the gate keeps
+nothing on shared storage any more (docs/accept.md).
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
-from infra.accept.gate import DEFAULT_THRESHOLDS, LEVELS, GateSettings
+from infra.accept.gate import DEFAULT_THRESHOLDS, LEVELS, LOCAL_DIR, GateSettings
 from infra.inputs import InputError
 from infra.schema import Collector
 from infra.schema import key as stack_key
 
 # The inventory's names, and the stack's where they differ.
-KEYS = ("gate", "level", "shared_dir", "history_days", "fleet_fraction", "min_samples",
-        "max_rounds", "hca_type", "hcas", "gpudirect", "path", "timeouts", "thresholds",
-        "nccl_tests")
+KEYS = ("gate", "level", "history_days", "fleet_fraction", "min_samples", "max_rounds",
+        "hca_type", "hcas", "gpudirect", "path", "timeouts", "thresholds", "nccl_tests")
+# Settings that are gone, and what to say to whoever still gives one.
+REMOVED = {"shared_dir": (
+    "is no longer a setting: the gate keeps its job scripts, results and history off shared "
+    f"storage, which users can write, on the controller's and the nodes' own disks "
+    f"({LOCAL_DIR}, root's alone); remove it")}
 CAMEL = {"shared_dir": "sharedDir", "history_days": "historyDays",
          "fleet_fraction": "fleetFraction", "min_samples": "minSamples",
          "max_rounds": "maxRounds", "hca_type": "hcaType", "nccl_tests": "ncclTests"}
@@ -58,7 +63,7 @@ def _positive(value: Any, key: str, integer: bool = False) -> float:
     return value
 
 
-def settings_from_inventory(all_vars: Mapping[str, Any], shared_paths: list[str],
+def settings_from_inventory(all_vars: Mapping[str, Any],
                             level: str | None = None) -> GateSettings:
     """The gate's settings from an inventory's vars; a bad one is an InputError naming
     ``metalslurm_accept.<key>`` (or ``--level``)."""
@@ -66,14 +71,13 @@ def settings_from_inventory(all_vars: Mapping[str, Any], shared_paths: list[str]
         raise InputError("--level", f"is {level!r}; give quick (dcgmi diag -r 2) or full "
                          "(-r 3)")
     try:
-        return _validate(all_vars.get(WHERE) or {}, shared_paths, level, str)
+        return _validate(all_vars.get(WHERE) or {}, level, str)
     except _Problem as p:
         raise InputError("--inventory", f"{WHERE}.{p.key} {p.message}".replace(
             f"{WHERE}. ", f"{WHERE} ")) from None
 
 
-def parse_accept(c: Collector, raw: Mapping[str, Any],
-                 shared_paths: list[str]) -> dict[str, Any]:
+def parse_accept(c: Collector, raw: Mapping[str, Any]) -> dict[str, Any]:
     """``metalslurm:accept`` of a stack config, checked (problems go to ``c``, named
     ``metalslurm:accept.<key>``); returns the inventory's ``metalslurm_accept``: the keys
     given, in the inventory's spelling, and ``gate``."""
@@ -87,7 +91,7 @@ def parse_accept(c: Collector, raw: Mapping[str, Any],
         for name, value in ((str(n), v) for n, v in item.items()):
             timeouts = value if name == "timeouts" and isinstance(value, Mapping) else {}
             snake = [f"timeouts.{k}" for k in map(str, timeouts) if k in TIMEOUTS_CAMEL]
-            if name in CAMEL or snake:
+            if (name in CAMEL and name not in REMOVED) or snake:
                 wrong = name if name in CAMEL else snake[0]
                 c.problem(f"{where}.{wrong}",
                           f"is spelled {_stack_name(wrong)} in a stack config")
@@ -95,25 +99,22 @@ def parse_accept(c: Collector, raw: Mapping[str, Any],
             if timeouts:
                 value = {t_back.get(str(k), str(k)): v for k, v in timeouts.items()}
             converted[back.get(name, name)] = value
-    if not shared_paths and isinstance(converted, Mapping) and "shared_dir" not in converted \
-            and converted.get("gate") is not True:
-        # No shared storage and nothing asks for the gate: a stack without /shared parses;
-        # 'metalslurm accept' on its inventory says what is missing.
-        shared_paths = [GateSettings().shared_dir]
     try:
-        _validate(converted, shared_paths, None, _stack_name)
+        _validate(converted, None, _stack_name)
     except _Problem as p:
         c.problem(f"{where}.{_stack_name(p.key)}" if p.key else where, p.message)
         return {"gate": False}
     return {"gate": False, **converted}
 
 
-def _validate(raw: Any, shared_paths: list[str], level: str | None,
-              shown: Callable[[str], str]) -> GateSettings:
+def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateSettings:
     """The checks both spellings share; ``shown`` spells a key the way the user wrote it."""
     if not isinstance(raw, Mapping):
         raise _Problem("", f"is {type(raw).__name__}; give a mapping of "
                        f"{', '.join(shown(k) for k in KEYS)}")
+    for key, message in REMOVED.items():
+        if key in raw:
+            raise _Problem(key, message)
     unknown = sorted(set(raw) - set(KEYS), key=str)
     if unknown:
         raise _Problem(str(unknown[0]), f"is not a setting; the settings are "
@@ -129,13 +130,6 @@ def _validate(raw: Any, shared_paths: list[str], level: str | None,
     if not isinstance(chosen, str) or chosen not in LEVELS:
         raise _Problem("level", f"is {chosen!r}; give quick (dcgmi diag -r 2) or full (-r 3)")
     values["level"] = chosen
-    shared_dir = raw.get("shared_dir", d.shared_dir)
-    if not isinstance(shared_dir, str) or not any(
-            shared_dir == p or shared_dir.startswith(p.rstrip("/") + "/") for p in shared_paths):
-        raise _Problem("shared_dir", f"is {shared_dir}, not on shared storage ("
-                       f"{', '.join(shared_paths) or 'none'}): the history and the jobs' "
-                       "outputs must be seen by every node; give a path under one of them")
-    values["shared_dir"] = shared_dir
     for key in ("history_days", "min_samples", "max_rounds"):
         if key in raw:
             values[key] = int(_positive(raw[key], key, integer=True))

@@ -1,11 +1,12 @@
 """The acceptance gate's verdicts: a figure against its fixed floor, the fleet's median and the
 node's own past, and the history those medians come from.
 
-The history is JSON lines on shared storage, one measurement a line, appended by every gate
-run: a repaired node is compared with the rest of its hardware type and with what it measured
-itself before. A fixed floor (Azure's health checks' 460 GB/s for an H100 node's NCCL
-all_reduce, say) catches a broken node; the fleet-relative check catches the one that passes
-the floor but is well below its siblings (one throttling GPU costs a 64-node job its pace).
+The history is JSON lines on the controller's own disk (HISTORY_PATH in
+infra/accept/gate.py), one measurement a line, appended by every gate run: a repaired node
+is compared with the rest of its hardware type and with what it measured itself before. A
+fixed floor (Azure's health checks' 460 GB/s for an H100 node's NCCL all_reduce, say)
+catches a broken node; the fleet-relative check catches the one that passes the floor but
+is well below its siblings (one throttling GPU costs a 64-node job its pace).
 """
 
 from __future__ import annotations

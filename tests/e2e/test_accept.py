@@ -2,8 +2,10 @@
 
 What runs for real: the orchestration over SSH to the controller (the reservation, the
 resume of the gate's drains, Slurm powering the elastic nodes up for the gate's jobs and
-down after, the node jobs, the two-node jobs with srun --mpi=pmix in rounds, the history on
-shared storage, the drains and returns, the report in headless Chromium). What is a
+down after, the node jobs, the two-node jobs with srun --mpi=pmix in rounds, their results
+read back from the nodes' own disks with srun, the history on the controller's disk (a
+user's link planted at the old path on /shared left alone), the drains and returns, the
+report in headless Chromium). What is a
 STAND-IN: the measuring tools. No GPU, HCA or DCGM is here, so all_reduce_perf, ib_write_bw
 and dcgmi are tests/fixtures/accept/standin/metalslurm-accept-standin, printing the real
 tools' formats (read by the production parsers) with an H100/NDR node's figures and knobs;
@@ -28,7 +30,9 @@ from tests import accept_standins
 from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 
 NODES = ("gpu-001", "gpu-002", "gpu-003", "gpu-004")
-HISTORY = "/shared/metalslurm/accept/history.jsonl"
+LOCAL = "/var/lib/metalslurm/accept"  # infra/accept/gate.py's LOCAL_DIR, on each machine
+HISTORY = f"{LOCAL}/history.jsonl"  # on the controller
+OLD = "/shared/metalslurm/accept"  # where the gate kept its files before: users can write it
 MARKER = "/var/lib/metalslurm/registered"  # roles/slurm_compute: the node has registered
 SETTINGS = {"gate": True, "path": ["/shared/e2e-accept/bin"], "hcas": ["mlx5_0", "mlx5_1"],
             "gpudirect": False, "timeouts": {"dcgm": 60, "nccl": 60, "ib_write_bw": 20}}
@@ -40,7 +44,8 @@ def gate(debian13):
     shared = debian13.state / "shared" / "shared"
     tools, knobs = shared / "e2e-accept" / "bin", shared / "metalslurm-accept-standin"
     accept_standins.install(tools, knobs)
-    debian13.ctl("rm -rf /shared/metalslurm/accept")
+    debian13.ctl(f"rm -rf {LOCAL} {OLD}")
+    debian13.on("gpu-001", f"rm -rf {LOCAL}")
     # The gate powers them up for its jobs (asserted): they start powered down.
     debian13.wait_for_elastic_nodes_down(timeout=POWER_DOWN_WITHIN + 60)
     # The inventory as the provider wrote it, with the gate's settings for the stand-ins.
@@ -53,6 +58,7 @@ def gate(debian13):
                  "for r in $(scontrol show reservation --oneliner | grep -o "
                  "'ReservationName=metalslurm-accept-[^ ]*' | cut -d= -f2); do "
                  "scontrol delete reservation=$r; done", check=False)
+    debian13.ctl(f"rm -rf {OLD}", check=False)
     shutil.rmtree(shared / "e2e-accept", ignore_errors=True)
     shutil.rmtree(knobs, ignore_errors=True)
 
@@ -84,6 +90,10 @@ def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp
                 "reason='metalslurm-accept: new node'")
     # A user's job that could run anywhere, submitted before the gate starts.
     user_job = cluster.submit("alice", "--partition=train -N1 --time=2 --wrap 'hostname'")
+    # What the gate once fell for: a user plants a link where root appended its history.
+    cluster.login(f"sh -c 'mkdir -p {OLD} && ln -s /etc/shadow {OLD}/history.jsonl'",
+                  user="alice")
+    shadow = cluster.ctl("sha256sum /etc/shadow; stat -c '%U %a' /etc/shadow").stdout
     html = tmp_path / "accept.html"
     resumes = {n: len(cluster.power_events("power_on", n, ok=True))
                for n in ("gpu-003", "gpu-004")}
@@ -114,8 +124,13 @@ def test_a_degraded_port_is_named_by_the_pairing_and_the_others_return(gate, tmp
     # The real health checker read each node's 8 (stand-in) GPUs before and after the load.
     assert sorted((r["node"], r["value"], r["passed"]) for r in lines
                   if r["test"] == "gpu_health") == [(n, 0.0, True) for n in NODES]
-    run_dir = cluster.ctl("ls -d /shared/metalslurm/accept/runs/*").stdout.split()[-1]
-    before = json.loads(cluster.ctl(f"cat {run_dir}/gpu-001/health_before.out").stdout)
+    # Root's files on the machines' own disks; the user's link and its target untouched.
+    assert cluster.ctl(f"stat -c '%U %a %h' {HISTORY}").stdout.strip() == "root 600 1"
+    assert cluster.on("gpu-001", f"stat -c '%U %a' {LOCAL}").stdout.strip() == "root 700"
+    assert cluster.ctl("sha256sum /etc/shadow; stat -c '%U %a' /etc/shadow").stdout == shadow
+    assert cluster.ctl(f"readlink {OLD}/history.jsonl").stdout.strip() == "/etc/shadow"
+    run_dir = cluster.on("gpu-001", f"ls -d {LOCAL}/runs/*").stdout.split()[-1]
+    before = json.loads(cluster.on("gpu-001", f"cat {run_dir}/gpu-001/health_before.out").stdout)
     assert {r["check"]: r["detail"] for r in before["results"]}["gpu_count"] == (
         "8 of 8 GPUs (h100)")
     assert [(r["node"], f"drained|metalslurm-accept: {r['reason']}") for r in lines

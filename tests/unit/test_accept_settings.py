@@ -12,16 +12,18 @@ from infra.inputs import InputError
 from tests.paths import REPO
 
 SHARED = ["/home", "/shared"]
+GONE = ("is no longer a setting: the gate keeps its job scripts, results and history off "
+        "shared storage, which users can write, on the controller's and the nodes' own disks "
+        "(/var/lib/metalslurm/accept, root's alone); remove it")
 
 
 def settings(raw, level=None):
-    return settings_from_inventory({"metalslurm_accept": raw}, SHARED, level)
+    return settings_from_inventory({"metalslurm_accept": raw}, level)
 
 
 def test_defaults_carry_the_published_floors():
     s = settings({})
-    assert (s.level, s.history_path, s.fleet_fraction) == (
-        "quick", "/shared/metalslurm/accept/history.jsonl", 0.10)
+    assert (s.level, s.fleet_fraction) == ("quick", 0.10)
     assert (s.floor("nccl_1node", "h100"), s.floor("nccl_pair", "h100"),
             s.floor("ib_write_bw:mlx5_0", "ndr"), s.floor("nccl_1node", "a100")) == (
         460.0, 340.0, 380.0, None)
@@ -46,8 +48,7 @@ def test_given_values_replace_the_defaults_and_add_hardware():
     ({"thresholds": {"gpu": {"h100": {"nccl_1node": True}}}}, "is True; give a number"),
     ({"thresholds": {"gpu": {"h100": {"ib_write_bw": 380}}}}, "the gpu tests are"),
     ({"thresholds": {"cpu": {}}}, "thresholds.cpu is not a kind"),
-    ({"shared_dir": "/var/lib/accept"}, "shared_dir is /var/lib/accept, not on shared storage"),
-    ({"shared_dir": "/sharedx/accept"}, "not on shared storage"),
+    ({"shared_dir": "/shared/metalslurm/accept"}, f"metalslurm_accept.shared_dir {GONE}"),
     ({"fleet_fraction": 1.5}, "give a fraction below 1"),
     ({"max_rounds": 1}, "needs 2 rounds"),
     ({"timeouts": {"nccl": -5}}, "timeouts.nccl is -5"),
@@ -116,18 +117,16 @@ def stack(accept, storage=None):
 def test_the_stack_key_becomes_the_inventorys_and_the_gate_reads_it():
     from infra.inventory import cluster_vars
 
-    cfg = stack({"gate": True, "level": "full", "sharedDir": "/shared/burn-in",
-                 "fleetFraction": 0.05, "hcaType": "ndr", "timeouts": {"ibWriteBw": 30},
+    cfg = stack({"gate": True, "level": "full", "fleetFraction": 0.05, "hcaType": "ndr",
+                 "timeouts": {"ibWriteBw": 30},
                  "thresholds": {"gpu": {"h200": {"nccl_1node": 431}}}})
     inventory = cluster_vars(cfg, [])["metalslurm_accept"]
-    assert inventory == {"gate": True, "level": "full", "shared_dir": "/shared/burn-in",
-                         "fleet_fraction": 0.05, "hca_type": "ndr",
-                         "timeouts": {"ib_write_bw": 30},
+    assert inventory == {"gate": True, "level": "full", "fleet_fraction": 0.05,
+                         "hca_type": "ndr", "timeouts": {"ib_write_bw": 30},
                          "thresholds": {"gpu": {"h200": {"nccl_1node": 431}}}}
-    s = settings_from_inventory({"metalslurm_accept": inventory}, SHARED)
-    assert (s.gate, s.level, s.history_path, s.fleet_fraction, s.timeouts["ib_write_bw"],
-            s.floor("nccl_1node", "h200")) == (
-        True, "full", "/shared/burn-in/history.jsonl", 0.05, 30, 431.0)
+    s = settings_from_inventory({"metalslurm_accept": inventory})
+    assert (s.gate, s.level, s.fleet_fraction, s.timeouts["ib_write_bw"],
+            s.floor("nccl_1node", "h200")) == (True, "full", 0.05, 30, 431.0)
 
 
 def test_another_nccl_tests_source_reaches_the_role_as_given():
@@ -146,8 +145,10 @@ def test_without_the_key_the_gate_is_off():
 
 @pytest.mark.parametrize("accept, said", [
     ({"gate": "yes"}, "metalslurm:accept.gate: is 'yes'; give true"),
-    ({"sharedDir": "/var/lib/x"}, "metalslurm:accept.sharedDir: is /var/lib/x, not on shared"),
-    ({"shared_dir": "/shared/x"}, "metalslurm:accept.shared_dir: is spelled sharedDir"),
+    ({"sharedDir": "/shared/x"}, f"metalslurm:accept.sharedDir: {GONE}"),
+    ({"shared_dir": "/shared/x"}, f"metalslurm:accept.sharedDir: {GONE}"),
+    ({"historyDays": 30, "history_days": 30}, "metalslurm:accept.history_days: is spelled "
+                                              "historyDays"),
     ({"timeouts": {"ib_write_bw": 5}}, "metalslurm:accept.timeouts.ib_write_bw: is spelled "
                                        "timeouts.ibWriteBw"),
     ({"timeouts": {"hpl": 5}}, "timeouts.hpl: is not a tool; the tools are dcgm, nccl, "
@@ -156,7 +157,7 @@ def test_without_the_key_the_gate_is_off():
     ({"thresholds": {"hca": {"ndr": {"ib_write_bw": -1}}}},
      "metalslurm:accept.thresholds.hca.ndr.ib_write_bw: is -1; give a number above 0"),
     ({"colour": 1}, "metalslurm:accept.colour: is not a setting; the settings are gate, level, "
-                    "sharedDir"),
+                    "historyDays, fleetFraction"),
     (["gate"], "metalslurm:accept: is list; give a mapping of gate"),
     ({"ncclTests": {"url": "https://example.org/v2.16.0.tar.gz"}},
      "metalslurm:accept.ncclTests: is {'url': 'https://example.org/v2.16.0.tar.gz'}; give "
@@ -175,12 +176,12 @@ def test_bad_stack_settings_are_refused_naming_the_stack_key(accept, said):
     assert said in str(caught.value)
 
 
-def test_without_shared_storage_the_history_has_nowhere_to_go():
-    from infra.config import ConfigError
+def test_the_gate_needs_no_shared_storage():
+    """Its scripts, results and history are on the controller's and the nodes' own disks."""
+    from infra.inventory import cluster_vars
 
-    with pytest.raises(ConfigError, match=r"metalslurm:accept.sharedDir: is "
-                       r"/shared/metalslurm/accept, not on shared storage \(none\)"):
-        stack({"gate": True}, storage={"backend": "none"})
+    cfg = stack({"gate": True}, storage={"backend": "none"})
+    assert cluster_vars(cfg, [])["metalslurm_accept"] == {"gate": True}
 
 
 WRONG_TYPES = (["x"], {"k": "v"}, {"k": None}, "text", 5, 0.5, -1, None, True, [{"a": 1}])
