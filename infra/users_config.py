@@ -6,6 +6,10 @@ kept), Unix groups from ``metalslurm:groups`` (one GID everywhere) and an admin 
 makes them a member of the admin group ``metalslurm:access`` names. A user removed from the
 config is locked (the account expires: no login, by key or otherwise) and loses the managed
 keys; the home directory stays.
+
+No user, group or admin group may take a name the nodes already have (root, sudo, users,
+slurm, ubuntu, ...: module_utils/users.py's ``RESERVED_NAMES``), nor may a user be the
+provider's SSH login: Ansible would change that account instead of making a new one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Any
 from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
     DEFAULT_ADMIN_GID,
     DEFAULT_ADMIN_GROUP,
+    RESERVED_NAMES,
     admin_lockout_problem,
+    reserved_name_problem,
     ssh_key_problem,
 )
 
@@ -80,6 +86,13 @@ def _ssh_keys(c: Collector, item: Mapping[str, Any], where: str) -> tuple[str, .
     return tuple(keys)
 
 
+def _reserved(c: Collector, name: str | None, where: str, admin_group: bool = False) -> None:
+    """A name a node already has (module_utils/users.py's list) is refused."""
+    problem = reserved_name_problem(name, admin_group)
+    if problem:
+        c.problem(where, problem)
+
+
 def _parse_groups(c: Collector, raw: Mapping[str, Any]) -> list[UnixGroup]:
     where = key("groups")
     groups: list[UnixGroup] = []
@@ -91,6 +104,7 @@ def _parse_groups(c: Collector, raw: Mapping[str, Any]) -> list[UnixGroup]:
                         what="a group name: lower-case letters, digits, '_' and '-'")
         gid = c.integer(item, "gid", f"{gkey}.gid", default=None, minimum=MIN_ID,
                         maximum=MAX_ID)
+        _reserved(c, name, f"{gkey}.name")
         if name is not None and gid is not None:
             groups.append(UnixGroup(name, gid))
     c.duplicates(where, [g.name for g in groups], "group name")
@@ -107,6 +121,7 @@ def _parse_access(c: Collector, raw: Mapping[str, Any]) -> AccessSettings:
                      pattern=USER_NAME_RE, what="a group name")
     gid = c.integer(item, "adminGid", f"{where}.adminGid", d.admin_gid, MIN_ID, MAX_ID)
     adopt = c.boolean(item, "pamSlurmAdopt", f"{where}.pamSlurmAdopt", d.pam_slurm_adopt)
+    _reserved(c, group, f"{where}.adminGroup", admin_group=True)
     return AccessSettings(group or d.admin_group, d.admin_gid if gid is None else gid, adopt)
 
 
@@ -126,6 +141,7 @@ def parse_users(c: Collector, raw: Mapping[str, Any]
                         what="a login name: lower-case letters, digits, '_' and '-'")
         uid = c.integer(item, "uid", f"{ukey}.uid", default=None, minimum=MIN_ID,
                         maximum=MAX_ID)
+        _reserved(c, name, f"{ukey}.name")
         keys = _ssh_keys(c, item, f"{ukey}.sshKeys")
         admin = c.boolean(item, "admin", f"{ukey}.admin", False)
         member_of = c.string_list(item, "groups", f"{ukey}.groups", USER_NAME_RE,
@@ -157,3 +173,16 @@ def parse_users(c: Collector, raw: Mapping[str, Any]
     if problem:
         c.problem(f"{key('access')}.pamSlurmAdopt", problem)
     return users, groups, access
+
+
+def check_login_user(c: Collector, users: list[UnixUser], ssh_user: str | None,
+                     where: str) -> None:
+    """The account Ansible logs in with (a provider's sshUser, at ``where``) must not be a
+    cluster user too: roles/common would set its groups to the user's (taking sudo away from
+    it, and the next run's become with it), its shell and its home."""
+    if ssh_user in RESERVED_NAMES:
+        return  # refused by its name already
+    if ssh_user and any(u.name == ssh_user for u in users):
+        c.problem(key("users"), f"{ssh_user!r} is also {where}, the login Ansible uses on the "
+                  "machines: making it a cluster user would replace its groups (sudo "
+                  "among them); rename the cluster user, or log in as another account")

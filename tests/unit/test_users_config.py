@@ -1,19 +1,24 @@
 """metalslurm:users, groups and access from the stack to the inventory: SSH keys checked by
 decoding them (module_utils/users.py, tested in the collection), groups declared with one
-GID, the admin flag's group; bad input refused naming the key; the inventory contract holds a
-hand-written inventory's keys to the same rule."""
+GID, the admin flag's group; bad input refused naming the key; names the nodes already have
+(root, sudo, the roles' system users) and the provider's SSH login refused; the inventory
+contract holds a hand-written inventory's keys to the same rule."""
 
 from __future__ import annotations
 
 import base64
 import struct
+from pathlib import Path
 
 import pytest
+import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.users import ROLE_ACCOUNTS
 
 from infra.config import ConfigError, parse_config
 from infra.inventory import InventoryError, build_inventory, cluster_vars
 from infra.providers.local import node_specs
 
+REPO = Path(__file__).resolve().parents[2]
 POOL = [{"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 8}]
 
 
@@ -100,3 +105,39 @@ def test_a_hand_written_inventory_is_held_to_the_same_key_rule():
         "give one user 'admin: true', or set pamSlurmAdopt: false",
         "metalslurm_users[0].ssh_keys[1]: 'ssh-rsa AAAA alice': the key is not valid base64 of "
         "an SSH key (a truncated paste?)"]
+
+
+SYSTEM = ("is a system user or group of Debian and Ubuntu: Ansible would modify the one every "
+          "node already has instead of making a new one; choose another name")
+
+
+def test_names_the_nodes_already_have_are_refused_all_at_once():
+    found = problems(users=[{"name": "root", "uid": 2001, "admin": True},
+                            {"name": "alice", "uid": 2002}],
+                     groups=[{"name": "sudo", "gid": 3001}, {"name": "ml", "gid": 3002}],
+                     access={"adminGroup": "shadow"})
+    assert found == [f"metalslurm:groups[0].name: 'sudo' {SYSTEM}",
+                     f"metalslurm:access.adminGroup: 'shadow' {SYSTEM} (the default is "
+                     "hpcadmin)",
+                     f"metalslurm:users[0].name: 'root' {SYSTEM}"]
+
+
+@pytest.mark.parametrize(("variable", "role"), [
+    ("common_slurm_user", "common"), ("slurm_rest_user", "slurm_rest"),
+    ("slurm_exporter_user", "slurm_exporter")])
+def test_the_system_users_the_roles_make_are_reserved(variable, role):
+    """The roles' defaults own these names; the reserved list must hold each of them."""
+    defaults = yaml.safe_load((REPO / "roles" / role / "defaults/main.yml").read_text())
+    assert defaults[variable] in ROLE_ACCOUNTS
+
+
+def test_the_providers_ssh_login_cannot_be_a_cluster_user():
+    raw = yaml.safe_load((REPO / "Pulumi.example-byo.yaml").read_text())["config"]
+    raw["metalslurm:byo"]["sshUser"] = "ops"
+    raw["metalslurm:users"] = [{"name": "ops", "uid": 2099, "admin": True}]
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, check_artifacts=False)
+    assert err.value.problems == [
+        "metalslurm:users: 'ops' is also metalslurm:byo.sshUser, the login Ansible uses on the "
+        "machines: making it a cluster user would replace its groups (sudo among them); rename "
+        "the cluster user, or log in as another account"]

@@ -13,7 +13,8 @@ from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import 
 # The variables the contract reads.
 CONTRACT_VARS = ("metalslurm_address", "metalslurm_private_cidr", "metalslurm_gpu_count",
                  "metalslurm_gpu_type", "metalslurm_node_state", "metalslurm_partitions",
-                 "metalslurm_shared_storage", "metalslurm_users", "metalslurm_access")
+                 "metalslurm_shared_storage", "metalslurm_users", "metalslurm_groups",
+                 "metalslurm_access")
 
 
 def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]:

@@ -23,6 +23,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
     admin_lockout_problem,
+    reserved_name_problem,
     ssh_key_problem,
 )
 
@@ -228,6 +229,7 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
         problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
                         "it down when idle, and Prometheus with it); name a static host")
     problems += _user_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_users", []),
+                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_groups", []),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_access", {}))
     problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
                                _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
@@ -248,17 +250,31 @@ def _accept_problems(accept: Any) -> list[str]:
     return []
 
 
-def _user_problems(users: Any, access: Any) -> list[str]:
-    """Each user's SSH keys must be OpenSSH public key lines, and with pam_slurm_adopt on a
-    user must be an admin (module_utils/users.py)."""
-    lockout = admin_lockout_problem(users, dict(access) if isinstance(access, Mapping) else {})
+def _user_problems(users: Any, groups: Any, access: Any) -> list[str]:
+    """Each user's SSH keys must be OpenSSH public key lines, no user, group or admin group
+    may take a name the nodes already have, and with pam_slurm_adopt on a user must be an
+    admin (module_utils/users.py)."""
+    access = dict(access) if isinstance(access, Mapping) else {}
+    lockout = admin_lockout_problem(users, access)
     problems = [f"metalslurm_access.pam_slurm_adopt {lockout}"] if lockout else []
     for i, user in enumerate(users if isinstance(users, list) else []):
-        keys = user.get("ssh_keys") or [] if isinstance(user, Mapping) else []
+        user = user if isinstance(user, Mapping) else {}
+        reserved = reserved_name_problem(user.get("name"))
+        if reserved:
+            problems.append(f"metalslurm_users[{i}].name: {reserved}")
+        keys = user.get("ssh_keys") or []
         for j, line in enumerate(keys if isinstance(keys, list) else [keys]):
             problem = ssh_key_problem(line)
             if problem:
                 problems.append(f"metalslurm_users[{i}].ssh_keys[{j}]: {problem}")
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
+        reserved = reserved_name_problem(group.get("name") if isinstance(group, Mapping)
+                                         else None)
+        if reserved:
+            problems.append(f"metalslurm_groups[{i}].name: {reserved}")
+    reserved = reserved_name_problem(access.get("admin_group"), admin_group=True)
+    if reserved:
+        problems.append(f"metalslurm_access.admin_group: {reserved}")
     return problems
 
 

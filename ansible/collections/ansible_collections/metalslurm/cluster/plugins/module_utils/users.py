@@ -1,6 +1,6 @@
-"""Cluster users' SSH public keys and the admin group: the rules the stack parser
-(infra/users_config.py) and the inventory contract share, so a hand-written inventory is held
-to the same ones.
+"""Cluster users' SSH public keys, the names no user or group may take, and the admin
+group: the rules the stack parser (infra/users_config.py) and the inventory contract share,
+so a hand-written inventory is held to the same ones.
 
 A key is one OpenSSH public key line (``authorized_keys`` format without options): a key
 type, the base64 key blob and an optional comment. The blob is decoded and must start with
@@ -24,6 +24,61 @@ _LINE_RE = re.compile(r"^(\S+) ([A-Za-z0-9+/]+={0,2})(?: ([^\r\n]*))?$")
 # job there (pam_access before pam_slurm_adopt).
 DEFAULT_ADMIN_GROUP = "hpcadmin"
 DEFAULT_ADMIN_GID = 2999
+
+# Names no cluster user, group or admin group may take: Ansible's user and group modules
+# would modify the account or group of that name that a node already has (its groups, shell,
+# home, GID) instead of making a new one; 'sudo' or 'users' renumbered, or 'root' given a
+# user's groups. A user's private group has the user's name, so users and groups are held
+# to the one set.
+#
+# Debian's static system users and groups, as base-passwd 3.6.1 writes them
+# (/usr/share/base-passwd/passwd.master and group.master; Ubuntu ships the same package):
+# written out here because the nodes may run Ubuntu and the operator's machine anything.
+BASE_PASSWD_USERS = ("root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail",
+                     "news", "uucp", "proxy", "www-data", "backup", "list", "irc", "_apt",
+                     "nobody")
+BASE_PASSWD_GROUPS = ("root", "daemon", "bin", "sys", "adm", "tty", "disk", "lp", "mail",
+                      "news", "uucp", "man", "proxy", "kmem", "dialout", "fax", "voice",
+                      "cdrom", "floppy", "tape", "sudo", "audio", "dip", "www-data", "backup",
+                      "operator", "list", "irc", "src", "shadow", "utmp", "video", "sasl",
+                      "plugdev", "staff", "games", "users", "nogroup")
+# Made with dynamic IDs by the packages of a Debian 12/13 or Ubuntu 22.04/24.04 node
+# (systemd, OpenSSH, D-Bus, chrony, udev's device groups, Ubuntu's own), and the groups that
+# give sudo on other systems (admin on older Ubuntu, also the login of Debian's AWS images;
+# wheel).
+DISTRIBUTION_NAMES = ("systemd-network", "systemd-resolve", "systemd-timesync",
+                      "systemd-coredump", "systemd-journal", "systemd-oom", "messagebus",
+                      "sshd", "ssh", "_ssh", "_chrony", "polkitd", "tss", "uuidd", "tcpdump",
+                      "syslog", "crontab", "netdev", "input", "kvm", "render", "sgx", "rdma",
+                      "lxd", "docker", "lpadmin", "landscape", "pollinate", "usbmux",
+                      "dnsmasq", "fwupd-refresh", "dhcpcd", "admin", "wheel")
+# Made by metalslurm's roles (roles/common's common_slurm_user, slurm_rest's slurm_rest_user,
+# slurm_exporter's slurm_exporter_user) or by the packages they install: munge, Prometheus
+# and Alertmanager (prometheus), MariaDB (mysql), NFS (statd, _rpc), the NVIDIA persistence
+# daemon (nvidia-persistenced on Ubuntu, nvpd on Debian).
+ROLE_ACCOUNTS = ("slurm", "slurmrestd", "metalslurm-exporter", "munge", "prometheus", "mysql",
+                 "statd", "_rpc", "nvidia-persistenced", "nvpd")
+# The login users of cloud images (Ubuntu's, also OCI's; Debian's; Oracle Linux on OCI; AWS
+# and RHEL-like images): the account Ansible logs in with, which must keep its groups.
+IMAGE_LOGINS = ("ubuntu", "debian", "opc", "ec2-user", "cloud-user")
+_RESERVED_SOURCES = (
+    (BASE_PASSWD_USERS + BASE_PASSWD_GROUPS, "a system user or group of Debian and Ubuntu"),
+    (DISTRIBUTION_NAMES, "a system user or group the nodes' packages make"),
+    (ROLE_ACCOUNTS, "a system user or group metalslurm's roles or their packages make"),
+    (IMAGE_LOGINS, "the login user of a cloud image"),
+)
+# Each reserved name -> what it is on a node (the first source that has it).
+RESERVED_NAMES = {name: what for names, what in reversed(_RESERVED_SOURCES) for name in names}
+
+
+def reserved_name_problem(name: Any, admin_group: bool = False) -> str | None:
+    """Why ``name`` may not be a cluster user's or group's name (``admin_group``: the admin
+    group's), or None."""
+    if not isinstance(name, str) or name not in RESERVED_NAMES:
+        return None
+    hint = f" (the default is {DEFAULT_ADMIN_GROUP})" if admin_group else ""
+    return (f"{name!r} is {RESERVED_NAMES[name]}: Ansible would modify the one every node "
+            f"already has instead of making a new one; choose another name{hint}")
 
 
 def ssh_key_problem(line: Any) -> str | None:

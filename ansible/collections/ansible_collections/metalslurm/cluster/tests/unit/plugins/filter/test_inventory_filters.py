@@ -25,3 +25,14 @@ def test_inventory_problems_from_groups_and_hostvars():
 def test_the_shared_paths_of_an_inventory(paths, storage, expected):
     shared_paths = filters.FilterModule().filters()["shared_paths"]
     assert shared_paths(paths, storage) == expected
+
+
+def test_the_filter_passes_the_groups_to_the_contract():
+    groups = {"slurm_controller": ["c1"], "slurm_compute": ["n1"]}
+    hostvars = {h: {"metalslurm_address": f"10.0.0.{i}", "metalslurm_private_cidr": "10.0.0.0/24",
+                    "metalslurm_groups": [{"name": "shadow", "gid": 3001}]}
+                for i, h in enumerate(["c1", "n1"], start=10)}
+    assert filters.inventory_problems(groups, hostvars) == [
+        "metalslurm_groups[0].name: 'shadow' is a system user or group of Debian and Ubuntu: "
+        "Ansible would modify the one every node already has instead of making a new one; "
+        "choose another name"]

@@ -51,3 +51,16 @@ def test_the_gate_switch_the_roles_read_must_be_a_boolean():
         assert problems(ctl=accept, gpu_001=accept) == said
     assert problems(ctl={"metalslurm_accept": ["gate"]}, gpu_001={"metalslurm_accept": [
         "gate"]}) == ["metalslurm_accept: ['gate'] is not a mapping of acceptance gate settings"]
+
+
+def test_users_groups_and_an_admin_group_named_like_system_accounts_are_all_named():
+    said = ("is a system user or group of Debian and Ubuntu: Ansible would modify the one "
+            "every node already has instead of making a new one; choose another name")
+    people = {"metalslurm_users": [{"name": "alice", "uid": 2001, "admin": True},
+                                   {"name": "root", "uid": 2002}],
+              "metalslurm_groups": [{"name": "ml", "gid": 3001}, {"name": "users", "gid": 3002}],
+              "metalslurm_access": {"admin_group": "sudo", "admin_gid": 2999}}
+    assert problems(ctl=people, gpu_001=people) == [
+        f"metalslurm_users[1].name: 'root' {said}",
+        f"metalslurm_groups[1].name: 'users' {said}",
+        f"metalslurm_access.admin_group: 'sudo' {said} (the default is hpcadmin)"]
