@@ -5,7 +5,8 @@ What lives there::
     inventory.yml          the Ansible inventory (no secret in it, only the names of files)
     secrets/               0700; one 0600 file per secret the inventory names:
                            munge key, slurmdbd password, JWT key, SSH key (byo, oci),
-                           BMC credentials (byo)
+                           BMC credentials (byo), the alert receivers' credentials;
+                           each replaced whole, synced (:func:`_write_private`)
     ssh/                   the local provider's own SSH key and known_hosts
     nodes/<node>/          files the local provider bind-mounts into a node container
     shared/                host directories shared by bind mounts (local, no kernel NFS)
@@ -46,6 +47,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +126,8 @@ def checked_secret(var: str, value: str) -> str:
                 isinstance(v, Mapping) and all(isinstance(x, str) for x in v.values())
                 for v in secrets.values()):
             raise SecretError("metalslurm:alertSecrets: must map each receiver's name to "
-                              "{field: text} (url for slack, password for email)")
+                              "{field: text} (url for webhook and slack, password for "
+                              "email)")
         return json.dumps(secrets, sort_keys=True) + "\n"
     if var in ("slurmdbd_password_file", "monitoring_password_file"):
         return value.strip() + "\n"
@@ -132,16 +135,30 @@ def checked_secret(var: str, value: str) -> str:
 
 
 def _write_private(path: Path, content: str) -> None:
-    """Write ``content`` so that no other user can read it at any moment (0600 from the
-    start) and a reader never sees half a file (rename into place)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(content)
-    os.replace(tmp, path)
+    """Write ``content`` so that no other user can read it at any moment, a reader never sees
+    half a file, and a crash (of this process or of the machine) leaves the old file or the
+    new one: a new file in the same directory, 0600 and exclusive from its creation, synced
+    to disk, renamed into place, then the directory synced so the rename lasts."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    # mkstemp: a name no one can guess or take first, O_CREAT | O_EXCL, mode 0600.
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 @dataclass(frozen=True)
