@@ -36,9 +36,11 @@ about the per-host task time / F plus the per-host fixed cost the control side p
 serially); and the roles and tasks whose seconds grow most with N.
 
     .venv/bin/python -m bench.bench_configure_scale --nodes 2,8,16,32 \\
-        --out /tmp/metalslurm-cfgscale --plot docs/img/configure-scale.png
-    .venv/bin/python -m bench.bench_configure_scale --replot --out /tmp/metalslurm-cfgscale \\
+        --plot docs/img/configure-scale.png
+    .venv/bin/python -m bench.bench_configure_scale --replot \\
         --plot docs/img/configure-scale.png   # the summary and plot of saved results
+
+Results go to ``--out`` (default ``~/.cache/metalslurm/cfgscale``, bench/out_dir.py).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from bench.out_dir import default_out
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_STACK = REPO / "bench" / "stacks" / "Pulumi.cold-2node.yaml"
@@ -761,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="compute node counts, comma-separated (default 2,8,16,32)")
-    parser.add_argument("--out", type=Path, default=Path("/tmp/metalslurm-cfgscale"),
+    parser.add_argument("--out", type=Path, default=default_out("cfgscale"),
                         help="results.json, the stack files and each run's log go here")
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--keep", action="store_true",

@@ -30,6 +30,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
 )
 
 from bench.bench_topology import SUPERPOD, superpod_nodes
+from bench.out_dir import default_out
 from bench.scale import lab as scale_lab
 from bench.scale import placement
 from tests.synthetic_fabric import synthetic_fat_tree
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="128,512,1024")
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--users", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/metalslurm-scale"))
+    parser.add_argument("--out", type=Path, default=default_out("scale"))
     parser.add_argument("--plots", type=Path, default=REPO / "docs/img")
     parser.add_argument("--no-recording", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the last lab running")

@@ -38,6 +38,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.wheel import build_wheel
 
+from bench.out_dir import default_out
 from bench.scale import lab as scale_lab
 from bench.scale.__main__ import MAX_NODES, synthetic_topologies
 
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fail-every", type=int, default=10,
                    help="every Nth node's start fails (0: none)")
     p.add_argument("--fail-mode", choices=("once", "always"), default="once")
-    p.add_argument("--out", type=Path, default=Path("/tmp/metalslurm-scale-elastic"))
+    p.add_argument("--out", type=Path, default=default_out("scale-elastic"))
     p.add_argument("--plot", type=Path, default=REPO / "docs/img/scale-elastic.png")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
