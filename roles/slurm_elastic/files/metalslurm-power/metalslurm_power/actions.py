@@ -16,14 +16,12 @@ the transitions below were recorded on Slurm 24.11.5, tests/fixtures/slurm/READM
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from . import statefile
 from .config import PowerConfig
 from .drivers import NodeResult, PowerDriver, make_driver
 from .drivers.base import OFF, ON
@@ -131,39 +129,17 @@ def call_driver(ctx: Context, action: str, nodes: Sequence[str],
     return results
 
 
-@contextlib.contextmanager
-def _locked_state(path: Path) -> Iterator[dict[str, dict[str, float]]]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        try:
-            state = json.loads(handle.read() or "{}")
-        except ValueError:
-            state = {}
-        state.setdefault("resume_started", {})
-        state.setdefault("on_while_powered_down", {})
-        yield state
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(state, sort_keys=True))
-
-
 def record_resume(ctx: Context, nodes: Sequence[str]) -> None:
     if ctx.dry_run:
         return
     now = time.time()
-    with _locked_state(ctx.config.state_file) as state:
+    with statefile.changed(ctx.config.state_file) as state:
         for node in nodes:
             state["resume_started"][node] = now
 
 
 def _state_times(ctx: Context, name: str) -> dict[str, float]:
-    try:
-        data = json.loads(ctx.config.state_file.read_text() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return {k: float(v) for k, v in data.get(name, {}).items()}
+    return {k: float(v) for k, v in statefile.read(ctx.config.state_file)[name].items()}
 
 
 def resume_started(ctx: Context) -> dict[str, float]:
@@ -175,7 +151,7 @@ def note_machines_on(ctx: Context, checked: Iterable[str], on: dict[str, float])
     down (``on``); forget the checked nodes that are not (any more)."""
     if ctx.dry_run:
         return
-    with _locked_state(ctx.config.state_file) as state:
+    with statefile.changed(ctx.config.state_file) as state:
         seen = state["on_while_powered_down"]
         for node in checked:
             seen.pop(node, None)
