@@ -45,10 +45,12 @@ class MonitoringSettings:
 
     @property
     def needs_secrets(self) -> bool:
-        """Whether a receiver takes a credential (a Slack URL, an SMTP login's password)."""
+        """Whether a receiver takes a credential (a webhook's or Slack's URL, an SMTP
+        login's password)."""
         receivers = self.given.get("receivers")
         return isinstance(receivers, list) and any(
-            r.get("type") == "slack" or (r.get("type") == "email" and bool(r.get("username")))
+            r.get("type", "webhook") in ("webhook", "slack")
+            or (r.get("type") == "email" and bool(r.get("username")))
             for r in receivers if isinstance(r, Mapping))
 
     @property

@@ -38,13 +38,19 @@ E2E_REGISTRY = "registry.e2e.invalid"
 # The e-mail receiver's SMTP password (test data, not a credential: the server it logs in to
 # is the test's own, on the controller's loopback).
 E2E_SMTP_PASSWORD = "e2e-not-a-real-smtp-password"
-# The Slack and e-mail receivers of a stack with the webhook recorder: the test's own servers
-# on the controller's loopback (tests/e2e/test_monitoring.py).
+# The receivers of the stacks with monitoring test equipment (E2E_RECEIVER_STACKS): the
+# test's own servers on the controller's loopback (tests/e2e/test_monitoring.py), their URLs
+# and password in the alert secrets file (E2E_ALERT_SECRETS).
+E2E_RECEIVER_STACKS = ("Pulumi.e2e-debian13.yaml",)
 E2E_RECEIVERS = [
+    {"name": "e2e-recorder"},
     {"name": "e2e-slack", "type": "slack", "channel": "#e2e-alerts"},
     {"name": "e2e-mail", "type": "email", "to": "hpc-ops@ms-e2e13.example",
      "from": "alertmanager@ms-e2e13.example", "smarthost": "127.0.0.1:2525",
      "username": "e2e-alerts", "requireTls": False}]
+E2E_ALERT_SECRETS = {"e2e-recorder": {"url": "http://127.0.0.1:9099/alerts"},
+                     "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
+                     "e2e-mail": {"password": E2E_SMTP_PASSWORD}}
 
 
 def vendor_dir() -> Path | None:
@@ -109,13 +115,11 @@ def e2e_stack(file_name: str) -> Path:
                                              "password": "e2e-not-a-real-password"}]),
                      private=True)
             containers["credentialsFile"] = str(creds)
-    monitoring = config.get("metalslurm:monitoring") or {}
-    if any(r.get("name") == "e2e-recorder" for r in monitoring.get("receivers") or []):
-        monitoring["receivers"] += E2E_RECEIVERS
+    if file_name in E2E_RECEIVER_STACKS:
+        monitoring = config.setdefault("metalslurm:monitoring", {})
+        monitoring["receivers"] = [*monitoring.get("receivers", []), *E2E_RECEIVERS]
         secrets = out_dir / "alert-secrets.yaml"
-        _publish(secrets, yaml.safe_dump({
-            "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
-            "e2e-mail": {"password": E2E_SMTP_PASSWORD}}), private=True)
+        _publish(secrets, yaml.safe_dump(E2E_ALERT_SECRETS), private=True)
         monitoring["secretsFile"] = str(secrets)
     for user in config.get("metalslurm:users") or []:
         if user["name"] in E2E_KEY_USERS:

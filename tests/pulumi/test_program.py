@@ -261,3 +261,21 @@ def test_local_nodes_are_commands_of_the_local_provider_module():
     network = next(x for x in r.mocks.of_type("command:local:Command")
                    if x.name.endswith("-network"))
     assert network.inputs["delete"].endswith("destroy --cluster mslocal"), network.urn
+
+
+def test_a_webhook_url_reaches_the_operator_files_only_as_a_secret():
+    """A webhook's URL (often with a token) is an alert secret: never in the inventory
+    output, only in the secret environment of the command that writes the 0600 file."""
+    plain, secrets = example("byo")
+    hook = "https://hooks.example.org/alerts?token=mock-hook-token"
+    plain = {**plain, "metalslurm:monitoring": {"receivers": [{"name": "ops-hook"}]}}
+    r = run_program(plain, {**secrets, "metalslurm:alertSecrets": {"ops-hook": {"url": hook}}})
+    assert "mock-hook-token" not in yaml.safe_dump(r.exports["inventory"]), _cluster_urn(r)
+    assert r.exports["inventory"]["all"]["vars"]["metalslurm_monitoring"]["receivers"] == [
+        {"name": "ops-hook"}], _cluster_urn(r)
+    assert r.exports["inventory"]["all"]["vars"]["monitoring_alert_secrets_file"].endswith(
+        "/secrets/alert-secrets.json"), _cluster_urn(r)
+    cmd = next(x for x in r.mocks.resources if x.name.endswith(("-configure", "-operator-files")))
+    assert is_secret_value(cmd.inputs["environment"]), f"{cmd.urn}: environment is not secret"
+    assert unsecret(cmd.inputs["environment"])["METALSLURM_ALERT_SECRETS"] == (
+        '{"ops-hook": {"url": "' + hook + '"}}'), cmd.urn

@@ -30,19 +30,21 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring impo
 from infra.config import parse_config
 from infra.inventory import inventory_view
 from infra.schema import ConfigError
-from infra.state import SecretError, StateDir
+from infra.state import SecretError, StateDir, write_alert_secrets_file
 from tests.unit.test_render import fixture_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles/monitoring"
 PASSWORD = "a-test-password-of-32-characters"
-RECEIVERS = [{"name": "ops", "url": "https://hooks.example.org/alerts"},
-             {"name": "pager", "url": "http://10.77.0.5:8080/", "send_resolved": False},
+RECEIVERS = [{"name": "ops"},
+             {"name": "pager", "type": "webhook", "send_resolved": False},
              {"name": "oncall", "type": "slack", "channel": "#hpc-alerts"},
              {"name": "mail", "type": "email", "to": "ops@example.org",
               "from": "am@cluster.example.org", "smarthost": "smtp.example.org:587",
               "username": "am"}]
-ALERT_SECRETS = {"oncall": {"url": "https://hooks.slack.com/services/T0/B0/test"},
+ALERT_SECRETS = {"ops": {"url": "https://hooks.example.org/alerts?token=test-token"},
+                 "pager": {"url": "http://10.77.0.5:8080/"},
+                 "oncall": {"url": "https://hooks.slack.com/services/T0/B0/test"},
                  "mail": {"password": "smtp-test-password"}}
 FILES = {
     "prometheus.yml": "etc/prometheus/prometheus.yml.j2",
@@ -145,7 +147,7 @@ def test_alertmanager_config_is_valid_and_sends_to_every_receiver(rendered):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     config = yaml.safe_load((rendered / "alertmanager.yml").read_text())
     assert config["receivers"] == [{"name": "metalslurm", "webhook_configs": [
-        {"url": "https://hooks.example.org/alerts", "send_resolved": True},
+        {"url": "https://hooks.example.org/alerts?token=test-token", "send_resolved": True},
         {"url": "http://10.77.0.5:8080/", "send_resolved": False}],
         "slack_configs": [{"api_url": "https://hooks.slack.com/services/T0/B0/test",
                            "channel": "#hpc-alerts", "send_resolved": True,
@@ -180,10 +182,10 @@ BASE = {"metalslurm:provider": "local"}
 
 
 @pytest.mark.parametrize(("section", "problem"), [
-    ({"receivers": [{"name": "ops", "type": "webhook"}]},
-     "metalslurm:monitoring.receivers[0].url: a webhook receiver needs the URL"),
-    ({"receivers": [{"name": "ops", "url": "ftp://x"}]},
-     "metalslurm:monitoring.receivers[0].url: 'ftp://x' is not an http:// or https:// URL"),
+    ({"receivers": [{"name": "ops", "url": "https://hooks.example.org/alerts?token=x"}]},
+     "metalslurm:monitoring.receivers[0].url: a webhook receiver's url is a credential: give "
+     "it in the alert secrets (metalslurm:alertSecrets or monitoring.secretsFile) under 'ops', "
+     "not in the config"),
     ({"retentionSize": "10 GB"},
      "metalslurm:monitoring.retentionSize: '10 GB' is not a Prometheus size"),
     ({"retentionTime": "two weeks"},
@@ -259,6 +261,21 @@ def test_a_secrets_file_next_to_the_stack_gives_the_receivers_their_credentials(
         '{"oncall": {"url": "https://hooks.slack.com/services/T/B/x"}}\n')
 
 
+def test_a_webhook_url_reaches_only_the_0600_secret_file_never_the_inventory(tmp_path):
+    url = "https://hooks.example.org/alerts?token=s3cret-token"
+    secrets_file(tmp_path, f"ops: {{url: '{url}'}}\n")
+    cfg = parse_config({**BASE, "metalslurm:monitoring": {
+        "receivers": [{"name": "ops"}], "secretsFile": "alert-secrets.yaml"}},
+        base_dir=tmp_path)
+    assert cfg.monitoring.inventory_vars()["receivers"] == [{"name": "ops"}]
+    state = StateDir(tmp_path / "state")
+    assert write_alert_secrets_file(state, cfg.monitoring.secrets_file) == {
+        "monitoring_alert_secrets_file": str(state.secrets.resolve() / "alert-secrets.json")}
+    written = state.secrets / "alert-secrets.json"
+    assert written.read_text() == f'{{"ops": {{"url": "{url}"}}}}\n'
+    assert oct(written.stat().st_mode & 0o777) == "0o600"
+
+
 @pytest.mark.parametrize(("content", "mode", "secure", "problem"), [
     ("oncall: {url: 'https://h.example/x'}\n", 0o644, False,
      "metalslurm:monitoring.secretsFile: {file} is readable by other users (mode 644); run "
@@ -271,7 +288,8 @@ def test_a_secrets_file_next_to_the_stack_gives_the_receivers_their_credentials(
      "metalslurm:alertSecrets: and metalslurm:monitoring.secretsFile are both set: keep one"),
     (None, None, False,
      "metalslurm:monitoring.receivers: a receiver needs credentials that the config must not "
-     "hold (slack (url) and email (password)): set the secret metalslurm:alertSecrets"),
+     "hold (webhook (url) and slack (url) and email (password)): set the secret "
+     "metalslurm:alertSecrets"),
 ], ids=["world-readable", "lacks-the-url", "not-yaml", "both", "neither"])
 def test_receiver_credentials_are_refused_naming_the_key(tmp_path, content, mode, secure,
                                                          problem):

@@ -55,13 +55,16 @@ CRITICAL_XIDS = (48, 61, 62, 63, 64, 68, 69, 73, 74, 79, 92, 94, 95, 119, 120, 1
 # Receivers: the fields each type takes in the stack config (besides name, type and
 # sendResolved), those it must have, and the credentials it takes from the alert secrets
 # (metalslurm:alertSecrets or monitoring.secretsFile: {<receiver name>: {field: value}}),
-# never from the config: a Slack incoming-webhook URL is a credential, so is an SMTP password.
+# never from the config, so never in the inventory or a stack's plain outputs: a webhook's URL
+# (it often carries a token, and whoever has it can post alerts) and a Slack incoming-webhook
+# URL are credentials, so is an SMTP password.
 RECEIVER_TYPES = ("webhook", "slack", "email")
-RECEIVER_FIELDS = {"webhook": ("url",), "slack": ("channel",),
-                   "email": ("to", "from", "smarthost", "username", "requireTls")}
-RECEIVER_REQUIRED = {"webhook": ("url",), "slack": ("channel",),
-                     "email": ("to", "from", "smarthost")}
-RECEIVER_SECRETS = {"webhook": (), "slack": ("url",), "email": ("password",)}
+RECEIVER_FIELDS: dict[str, tuple[str, ...]] = {
+    "webhook": (), "slack": ("channel",),
+    "email": ("to", "from", "smarthost", "username", "requireTls")}
+RECEIVER_REQUIRED: dict[str, tuple[str, ...]] = {
+    "webhook": (), "slack": ("channel",), "email": ("to", "from", "smarthost")}
+RECEIVER_SECRETS = {"webhook": ("url",), "slack": ("url",), "email": ("password",)}
 RECEIVER_KEYS = ("name", "type", "sendResolved") + tuple(
     sorted({f for fields in RECEIVER_FIELDS.values() for f in fields}))
 # A hand-written inventory may spell the two-word keys in snake case.
@@ -95,8 +98,6 @@ def _field_problem(kind: str, field: str, value: Any) -> str | None:
         return None if isinstance(value, bool) else f"{value!r} is not true or false"
     if not isinstance(value, str) or not value.strip():
         return f"{value!r} is not a non-empty string"
-    if field == "url" and not URL_RE.match(value):
-        return f"{value!r} is not an http:// or https:// URL"
     if field in ("to", "from") and not all(EMAIL_RE.match(a.strip()) for a in value.split(",")):
         return f"{value!r} is not an e-mail address (or a comma-separated list of them)"
     if field == "smarthost" and not SMARTHOST_RE.match(value):
@@ -143,10 +144,7 @@ def receiver_problems(receivers: Any) -> list[tuple[str, str]]:
         for field in RECEIVER_FIELDS[kind]:
             if field not in item:
                 if field in RECEIVER_REQUIRED[kind]:
-                    problems.append((f"{where}.{field}", (
-                        "a webhook receiver needs the URL Alertmanager posts alerts to "
-                        "(http:// or https://)") if field == "url"
-                        else f"{_a(kind)} receiver needs {field}"))
+                    problems.append((f"{where}.{field}", f"{_a(kind)} receiver needs {field}"))
                 continue
             wrong = _field_problem(kind, field, item[field])
             if wrong:
@@ -165,8 +163,8 @@ def secrets_problems(receivers: list[Mapping[str, Any]], secrets: Any) -> list[s
     if not isinstance(secrets, Mapping) or not all(
             isinstance(v, Mapping) and all(isinstance(x, str) for x in v.values())
             for v in secrets.values()):
-        return ["must map each receiver's name to {field: text} (url for slack, password "
-                "for email)"]
+        return ["must map each receiver's name to {field: text} (url for webhook and slack, "
+                "password for email)"]
     problems = []
     by_name = {str(r.get("name")): r for r in receivers if isinstance(r, Mapping)}
     for stranger in sorted(set(map(str, secrets)) - set(by_name)):
@@ -177,10 +175,12 @@ def secrets_problems(receivers: list[Mapping[str, Any]], secrets: Any) -> list[s
         for field in sorted(set(map(str, mine)) - set(RECEIVER_SECRETS.get(kind, ()))):
             problems.append(f"{name}.{field}: {_a(kind)} receiver takes no {field} from the "
                             f"secrets ({', '.join(RECEIVER_SECRETS.get(kind, ())) or 'none'})")
-        if kind == "slack":
+        if kind in ("webhook", "slack"):
             if not mine.get("url"):
-                problems.append(f"{name}.url: the Slack receiver {name!r} needs its "
-                                "incoming-webhook URL here")
+                problems.append(f"{name}.url: " + (
+                    f"the Slack receiver {name!r} needs its incoming-webhook URL here"
+                    if kind == "slack" else f"the webhook receiver {name!r} needs the URL "
+                    "Alertmanager posts alerts to here (http:// or https://)"))
             elif not URL_RE.match(mine["url"]):
                 problems.append(f"{name}.url: not an http:// or https:// URL")
         if kind == "email" and receiver.get("username") and not mine.get("password"):
@@ -223,7 +223,7 @@ def alertmanager_receiver(settings: Mapping[str, Any], secrets: Any) -> dict[str
         mine = secrets.get(r["name"], {})
         if r["type"] == "webhook":
             out.setdefault("webhook_configs", []).append(
-                {"url": r["url"], "send_resolved": r["send_resolved"]})
+                {"url": mine["url"], "send_resolved": r["send_resolved"]})
         elif r["type"] == "slack":
             out.setdefault("slack_configs", []).append(
                 {"api_url": mine["url"], "channel": r["channel"],

@@ -1,5 +1,6 @@
 """Alert receivers (module_utils/monitoring.py): webhook, Slack and e-mail in the settings,
-their credentials from the alert secrets, and the one Alertmanager receiver built from both."""
+their credentials (a webhook's URL, a Slack URL, an SMTP password) from the alert secrets,
+never the config, and the one Alertmanager receiver built from both."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ SLACK = {"name": "oncall", "type": "slack", "channel": "#hpc-alerts"}
 MAIL = {"name": "ops-mail", "type": "email", "to": "hpc-ops@example.org",
         "from": "alertmanager@cluster.example.org", "smarthost": "smtp.example.org:587",
         "username": "alertmanager"}
-HOOK = {"name": "recorder", "url": "http://10.0.0.5:9099/alerts", "sendResolved": False}
-SECRETS = {"oncall": {"url": "https://hooks.slack.com/services/T000/B000/XXXX"},
+HOOK = {"name": "recorder", "sendResolved": False}
+SECRETS = {"recorder": {"url": "http://10.0.0.5:9099/alerts?token=hook-token"},
+           "oncall": {"url": "https://hooks.slack.com/services/T000/B000/XXXX"},
            "ops-mail": {"password": "smtp-password"}}
 
 
@@ -33,7 +35,8 @@ def test_every_receiver_type_becomes_its_alertmanager_config_with_its_credential
          "require_tls": True}]
     assert alertmanager_receiver(settings, SECRETS) == {
         "name": "metalslurm",
-        "webhook_configs": [{"url": "http://10.0.0.5:9099/alerts", "send_resolved": False}],
+        "webhook_configs": [{"url": "http://10.0.0.5:9099/alerts?token=hook-token",
+                             "send_resolved": False}],
         "slack_configs": [{"api_url": "https://hooks.slack.com/services/T000/B000/XXXX",
                            "channel": "#hpc-alerts", "send_resolved": True,
                            "title": NOTICE_TITLE, "text": NOTICE_TEXT}],
@@ -81,28 +84,38 @@ def test_no_receiver_is_an_empty_receiver():
                            "webhook, slack, email")),
     ({**HOOK, "channel": "#x"},
      ("receivers[0]", "unknown key(s) channel; a webhook receiver has name, sendResolved, "
-                      "type, url")),
+                      "type")),
+    ({**HOOK, "url": "https://hooks.example.org/alerts?token=x"},
+     ("receivers[0].url", "a webhook receiver's url is a credential: give it in the alert "
+                          "secrets (metalslurm:alertSecrets or monitoring.secretsFile) under "
+                          "'recorder', not in the config")),
 ], ids=["slack-url-in-config", "slack-no-channel", "smarthost-no-port", "bad-address",
-        "password-in-config", "tls-not-bool", "unknown-type", "field-of-another-type"])
+        "password-in-config", "tls-not-bool", "unknown-type", "field-of-another-type",
+        "webhook-url-in-config"])
 def test_bad_receivers_are_refused_naming_the_key(receiver, problem):
     assert receiver_problems([receiver]) == [problem]
 
 
 @pytest.mark.parametrize(("secrets", "problems"), [
-    ({}, ["oncall.url: the Slack receiver 'oncall' needs its incoming-webhook URL here",
+    ({}, ["recorder.url: the webhook receiver 'recorder' needs the URL Alertmanager posts "
+          "alerts to here (http:// or https://)",
+          "oncall.url: the Slack receiver 'oncall' needs its incoming-webhook URL here",
           "ops-mail.password: the e-mail receiver 'ops-mail' logs in as 'alertmanager' and "
           "needs its password here"]),
+    ({**SECRETS, "recorder": {"url": "ftp://10.0.0.5/alerts"}},
+     ["recorder.url: not an http:// or https:// URL"]),
     ({**SECRETS, "pager": {"url": "https://x.example"}},
      ["'pager' names no receiver of metalslurm:monitoring.receivers"]),
     ({**SECRETS, "oncall": {"url": "hooks.slack.com/x"}},
      ["oncall.url: not an http:// or https:// URL"]),
     ({**SECRETS, "ops-mail": {"password": "p", "url": "https://x.example"}},
      ["ops-mail.url: an email receiver takes no url from the secrets (password)"]),
-    (["oncall"], ["must map each receiver's name to {field: text} (url for slack, password "
-                  "for email)"]),
-], ids=["missing", "stranger", "bad-url", "field-of-another-type", "not-a-mapping"])
+    (["oncall"], ["must map each receiver's name to {field: text} (url for webhook and "
+                  "slack, password for email)"]),
+], ids=["missing", "bad-webhook-url", "stranger", "bad-url", "field-of-another-type",
+        "not-a-mapping"])
 def test_the_secrets_must_hold_what_the_receivers_need(secrets, problems):
-    receivers = monitoring_settings({"receivers": [SLACK, MAIL]})["receivers"]
+    receivers = monitoring_settings({"receivers": [HOOK, SLACK, MAIL]})["receivers"]
     assert secrets_problems(receivers, secrets) == problems
 
 
