@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -80,6 +81,10 @@ def _read(path: Path) -> str | None:
         return path.read_text()
     except FileNotFoundError:
         return None
+
+
+# Where `python -m infra...` finds this package (the proxy runs that way).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _podman_api_answers(sock: Path) -> bool:
@@ -410,12 +415,27 @@ class LocalCluster:
         return bool(found) and found[0].get("State") == "running"
 
     def ensure_podman_service(self) -> None:
-        """Run ``podman system service`` for the power programs, unless it already answers.
+        """Run ``podman system service`` for the power programs, behind the proxy that
+        passes on only the power driver's calls for this cluster's elastic nodes
+        (infra/providers/podman_proxy.py), unless both already answer.
 
-        There is no systemd on the host: the service runs in its own session, its PID in
-        the state directory; ``destroy`` stops it. The socket is root:slurm 0660 (Slurm runs
-        the power programs as SlurmUser, GID 64030 on every node).
+        There is no systemd on the host: each runs in its own session, its PID in the state
+        directory; ``destroy`` stops them. Podman's own socket is in a root-only directory
+        no node mounts; the proxy's, which the controller mounts, is root:slurm 0660 (Slurm
+        runs the power programs as SlurmUser, GID 64030 on every node).
         """
+        self._stop_unproxied_service()
+        allow = self.state.root / "podman-proxy-allow"
+        allow.write_text("".join(f"{self.container(n)}\n" for n in self.plan.elastic_nodes))
+        allow.chmod(0o600)
+        api_dir = self.state.root / "podman-api"
+        api = api_dir / "podman.sock"
+        if not _podman_api_answers(api):
+            api_dir.mkdir(parents=True, exist_ok=True)
+            api_dir.chmod(0o700)
+            api.unlink(missing_ok=True)
+            self._start_daemon("podman-service", [
+                podman_path(), "system", "service", "--time=0", f"unix://{api.resolve()}"], api)
         sock_dir = self.state.podman_socket_dir
         sock = sock_dir / "podman.sock"
         if _podman_api_answers(sock):
@@ -424,21 +444,41 @@ class LocalCluster:
         os.chown(sock_dir, 0, SLURM_GID)
         sock_dir.chmod(0o750)
         sock.unlink(missing_ok=True)
-        log = open(self.state.root / "podman-service.log", "ab")  # noqa: SIM115 - child owns it
-        proc = subprocess.Popen([podman_path(), "system", "service", "--time=0",
-                                 f"unix://{sock.resolve()}"], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True)
+        self._start_daemon("podman-proxy", [
+            sys.executable, "-m", "infra.providers.podman_proxy", "--listen",
+            str(sock.resolve()), "--upstream", str(api.resolve()), "--allow",
+            str(allow.resolve())], sock)
+        os.chown(sock, 0, SLURM_GID)
+        sock.chmod(0o660)
+
+    def _stop_unproxied_service(self) -> None:
+        """A podman service started before the proxy listens where the proxy must (a cluster
+        made by an older metalslurm): stopped, so the proxy takes its place."""
+        sock = str((self.state.podman_socket_dir / "podman.sock").resolve())
+        try:
+            pid = int((self.state.root / "podman-service.pid").read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            return
+        if "service" in cmdline and f"unix://{sock}" in cmdline:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+    def _start_daemon(self, name: str, argv: list[str], sock: Path) -> None:
+        """``argv`` in its own session, its PID in ``<name>.pid``, until ``sock`` answers."""
+        log = open(self.state.root / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, cwd=REPO_ROOT)
         log.close()
-        (self.state.root / "podman-service.pid").write_text(f"{proc.pid}\n")
+        (self.state.root / f"{name}.pid").write_text(f"{proc.pid}\n")
         deadline = time.monotonic() + 30
         while not _podman_api_answers(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise LocalProviderError(
-                    f"podman system service did not start; see {self.state.root}/"
-                    "podman-service.log")
+                raise LocalProviderError(f"{name} did not start; see {self.state.root}/"
+                                         f"{name}.log")
             time.sleep(0.2)
-        os.chown(sock, 0, SLURM_GID)
-        sock.chmod(0o660)
 
 
     def _configured_marker(self, node: str) -> Path:
@@ -610,17 +650,17 @@ def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
 
 
 def stop_podman_service(state: StateDir) -> None:
-    """Stop the ``podman system service`` a local cluster started (its PID is in the state
-    directory; a PID that is now another process is left alone)."""
-    pid_file = state.root / "podman-service.pid"
-    try:
-        pid = int(pid_file.read_text())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return
-    sock_dir = str(state.podman_socket_dir.resolve()).encode()
-    if b"service" in cmdline and sock_dir in b" ".join(cmdline):
-        os.kill(pid, signal.SIGTERM)
+    """Stop the ``podman system service`` and its proxy a local cluster started (their PIDs
+    are in the state directory; a PID that is now another process is left alone)."""
+    root = str(state.root.resolve()).encode()
+    for name, word in (("podman-proxy", b"podman_proxy"), ("podman-service", b"service")):
+        try:
+            pid = int((state.root / f"{name}.pid").read_text())
+            cmdline = b" ".join(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        except (OSError, ValueError):
+            continue
+        if word in cmdline and root in cmdline:
+            os.kill(pid, signal.SIGTERM)
 
 
 def destroy_cluster(cluster_name: str, state: StateDir) -> int:

@@ -1,0 +1,136 @@
+"""The local cluster's power driver reaches podman through this proxy, never podman itself.
+
+The controller's power programs (``roles/slurm_elastic``, driver ``local``) start, stop and
+inspect the elastic nodes' containers through podman's REST API. Podman runs as root on the
+host; its socket mounted into the controller would let anyone who can open it (root on the
+controller, SlurmUser) run any container with any host path: the host. The proxy listens on
+the socket the controller sees and passes on only the three calls the driver makes, for the
+containers named in an allow-list file on the host (the cluster's elastic nodes, rewritten by
+every ``local up``), plus ``/_ping``; anything else gets 403 and a one-line reason. Podman's
+own socket stays in a root-only directory the nodes do not mount.
+
+Run as ``python -m infra.providers.podman_proxy --listen SOCK --upstream SOCK --allow FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import socket
+import socketserver
+import sys
+import urllib.parse
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+# The calls LocalPodmanDriver makes (roles/slurm_elastic/.../drivers/local.py).
+_CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json|start|stop)"
+                   r"(?:\?t=\d{1,4})?$")
+_VERBS = {"json": "GET", "start": "POST", "stop": "POST"}
+MAX_BODY = 1 << 16
+
+
+def refusal(method: str, path: str, allowed: frozenset[str]) -> str | None:
+    """Why the request may not pass (None: it may)."""
+    if method == "GET" and path in ("/_ping", "/v4.0.0/libpod/_ping"):
+        return None
+    m = _CALL.match(path)
+    if not m:
+        return f"{method} {path[:200]} is not a call the power driver makes"
+    if _VERBS[m["verb"]] != method:
+        return f"{method} is not how the power driver calls {m['verb']}"
+    name = urllib.parse.unquote(m["name"])
+    if name not in allowed:
+        return f"container {name[:100]} is not an elastic node of this cluster"
+    return None
+
+
+def read_allowed(path: Path) -> frozenset[str]:
+    try:
+        return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+    except OSError:
+        return frozenset()
+
+
+class _Upstream(http.client.HTTPConnection):
+    def __init__(self, sock_path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.sock_path = sock_path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.sock_path)
+
+
+def make_handler(upstream: str, allow_file: Path) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            sys.stderr.write("podman-proxy: " + (format % args) + "\n")
+
+        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _handle(self) -> None:
+            why = refusal(self.command, self.path, read_allowed(allow_file))
+            if why is None and int(self.headers.get("Content-Length") or 0) > MAX_BODY:
+                why = "request body too large"
+            if why is not None:
+                self.log_message("refused %s %s: %s", self.command, self.path[:200], why)
+                self._reply(403, json.dumps({"message": f"metalslurm podman proxy: {why}"})
+                            .encode(), "application/json")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            stop = re.search(r"[?&]t=(\d+)", self.path)
+            conn = _Upstream(upstream, timeout=float(stop[1]) + 60 if stop else 60)
+            try:
+                conn.request(self.command, self.path, body=body,
+                             headers={"Content-Type": "application/json"} if body else {})
+                reply = conn.getresponse()
+                data = reply.read()
+            except OSError as exc:
+                self._reply(502, json.dumps({"message": f"podman: {exc}"}).encode(),
+                            "application/json")
+                return
+            finally:
+                conn.close()
+            self._reply(reply.status, data,
+                        reply.getheader("Content-Type") or "application/json")
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle  # noqa: N815
+
+    return Handler
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self) -> tuple[socket.socket, tuple[str, int]]:
+        conn, _addr = super().get_request()
+        return conn, ("unix", 0)  # BaseHTTPRequestHandler logs client_address[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", required=True, type=Path, help="socket to serve")
+    parser.add_argument("--upstream", required=True, help="podman's own socket")
+    parser.add_argument("--allow", required=True, type=Path,
+                        help="file listing the container names the driver may act on")
+    args = parser.parse_args(argv)
+    args.listen.unlink(missing_ok=True)
+    with Server(str(args.listen), make_handler(args.upstream, args.allow)) as server:
+        server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
