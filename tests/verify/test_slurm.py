@@ -92,3 +92,18 @@ def test_jobs_get_slurmds_locked_memory_limit_not_the_submitters(controller, clu
         f"ulimit -S -l 64 && timeout {SRUN_TIMEOUT} srun --nodelist={node} --nodes=1 "
         "sh -c 'ulimit -l'")
     assert out.strip() == expected
+
+
+def test_each_job_has_its_own_tmp_and_shm(controller, cluster):
+    """job_container/tmpfs: a step's /tmp and /dev/shm are empty and its own (owned by the
+    job's user, here root), whatever the node's own /tmp holds."""
+    node = cluster.job_nodes[0]
+    compute = testinfra.get_host(f"ansible://{node}", ansible_inventory=cluster.inventory)
+    compute.check_output("touch /tmp/metalslurm-verify-node-tmp")
+    try:
+        out = controller.check_output(
+            f"timeout {SRUN_TIMEOUT} srun --nodelist={node} --nodes=1 "
+            "sh -c 'ls -A /tmp /dev/shm; stat -c %U:%a /tmp'")
+    finally:
+        compute.check_output("rm -f /tmp/metalslurm-verify-node-tmp")
+    assert out.split("\n") == ["/dev/shm:", "", "/tmp:", "root:700"]
