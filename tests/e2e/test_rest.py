@@ -11,6 +11,7 @@ maxTokenLifespan 3600). Leaves no job behind and the API on, as the stack says.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 
@@ -100,7 +101,22 @@ def _signed(key: bytes, user: str, exp_in: int) -> str:
     return jwt.encode({"iat": now - 5, "exp": now + exp_in, "sun": user}, key, "HS256")
 
 
-@pytest.mark.parametrize("case", ["no token", "expired", "another key", "alice's as bob"])
+def _unsigned(user: str) -> str:
+    """A token that says it needs no signature ('alg: none'), as an attacker would try."""
+    now = int(time.time())
+    return jwt.encode({"iat": now - 5, "exp": now + 60, "sun": user}, None, "none")
+
+
+def _tampered(token: str, user: str) -> str:
+    """A real token with its payload rewritten for ``user`` and its signature kept."""
+    head, _payload, signature = token.split(".")
+    claims = jwt.decode(token, options={"verify_signature": False})
+    payload = base64.urlsafe_b64encode(json.dumps({**claims, "sun": user}).encode())
+    return f"{head}.{payload.decode().rstrip('=')}.{signature}"
+
+
+@pytest.mark.parametrize("case", ["no token", "expired", "another key", "alice's as bob",
+                                  "alg none", "tampered"])
 def test_a_request_without_a_valid_token_is_refused(cluster, case):
     """slurmrestd itself answers 401 to a request without a token; a token slurmctld
     refuses (it verifies each one) comes back as 511, Slurm's "Protocol authentication
@@ -120,6 +136,11 @@ def test_a_request_without_a_valid_token_is_refused(cluster, case):
                          "X-SLURM-USER-TOKEN": _signed(b"k" * 32, "alice", 60)}, 511),
         "alice's as bob": ({"X-SLURM-USER-NAME": "bob",
                             "X-SLURM-USER-TOKEN": token_for(cluster, "alice")}, 511),
+        # bob's token made to say alice, and one that claims no signature is needed.
+        "tampered": ({"X-SLURM-USER-NAME": "alice",
+                      "X-SLURM-USER-TOKEN": _tampered(token_for(cluster, "bob"), "alice")}, 511),
+        "alg none": ({"X-SLURM-USER-NAME": "alice", "X-SLURM-USER-TOKEN": _unsigned("alice")},
+                     511),
     }[case]
     reply = requests.get(url, headers=headers, timeout=30)
     assert reply.status_code == expected
