@@ -39,6 +39,8 @@ class ConfigureResult:
     # Debug messages that start with NOTE: (a step skipped on purpose, said once), e.g. no
     # HCA on the local nodes.
     notes: list[str] = field(default_factory=list)
+    # Seconds each task took, the longest of its hosts (the benchmarks read it).
+    task_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -195,6 +197,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
         changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
         warnings=progress.warnings, notes=progress.notes,
+        task_seconds=dict(progress.task_seconds),
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result
 

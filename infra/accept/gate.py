@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
 import time
 import zlib
@@ -90,6 +91,9 @@ COLLECT_TIMEOUT = 900  # s: srun reading results back waits for its nodes (a res
 COLLECT_LINE = 768  # characters of a result line: under slurmstepd's 1024-byte message
 # sinfo's words for a node that cannot run a step now (and "*": not responding)
 UNREACHABLE = ("down", "fail", "drain")
+# squeue's reasons for a job that will not start by itself: a launch on its node failed and
+# Slurm requeued it held, or someone held it. The gate cancels it; its tests did not run.
+HELD = re.compile(r"launch failed requeued held|JobHeld|held", re.IGNORECASE)
 
 # Defaults, each with where it comes from. A floor is per GPU type (the NCCL tests) or per
 # HCA type (ib_write_bw); a type without a floor is judged against the fleet only.
@@ -516,8 +520,19 @@ class Gate:
         soon as it has, before an elastic node could be powered down."""
         pending = dict(jobs)
         while pending:
-            listed = set(self.read(f"squeue --noheader --reservation={self.reservation} "
-                                   "--format=%i").split())
+            listed: dict[str, str] = {}
+            for line in self.read(f"squeue --noheader --reservation={self.reservation} "
+                                  "--format='%i|%T|%r'").splitlines():
+                job, state, reason = (line.strip().split("|", 2) + ["", ""])[:3]
+                listed[job] = reason if state == "PENDING" and HELD.search(reason) else ""
+            held = sorted(j for j in pending if listed.get(j))
+            for j in held:
+                # It would wait for ever; its node keeps no result, so its tests read "did
+                # not run" and it is drained with that.
+                self.log(f"job {j} on {', '.join(pending[j])} is held ({listed[j]}): "
+                         "cancelled")
+                self.slurm(f"scancel {j}", check=False)
+                del pending[j]
             ended = sorted(j for j in pending if j not in listed)
             if ended:
                 self.collect_from(sorted({n for j in ended for n in pending[j]}))

@@ -125,7 +125,7 @@ def test_without_its_pam_module_a_compute_node_refuses_users_rather_than_letting
     """A node whose module is gone refuses everyone but the pam_access exemption. (Tried
     with the old '-account' line too: Linux-PAM refused alice there as well, the '-' only
     silencing the log; the line is plain 'required' now so nothing rests on that.)"""
-    module = "/usr/lib/x86_64-linux-gnu/security/pam_slurm_adopt.so"
+    module = "/usr/lib/x86_64-linux-gnu/security/pam_slurm_adopt.so"  # Debian 13
     cluster.on("gpu-002", f"mv {module} {module}.away")
     try:
         refused = ssh(cluster, "alice", GPU_002, "hostname")

@@ -73,6 +73,7 @@ class FakeController:
         self.listed: dict[str, int] = {}  # job id -> squeue answers that still list it
         self.interrupt: str | None = None  # Ctrl-C when a command with this in it is sent
         self.crash: set[str] = set()  # nodes that go down during their own job
+        self.held: dict[str, str] = {}  # job id -> why Slurm holds it (its tools never ran)
 
     def knob(self, node: str, **values) -> None:
         (self.knobs / node).write_text(json.dumps(values))
@@ -105,6 +106,9 @@ class FakeController:
             (out / f"{stem}.out").write_text(text)
             if err is not None:
                 (out / f"{stem}.err").write_text(err)
+        if str(len(self.jobs)) in self.held:
+            self.listed[str(len(self.jobs))] = 10 ** 6  # listed until cancelled
+            return str(len(self.jobs))
         if kind == "node" and nodes[0] in self.crash:
             self.states[nodes[0]] = ("down*", "Not responding")
             return str(len(self.jobs))
@@ -171,8 +175,12 @@ class FakeController:
         elif command.startswith("sinfo"):
             out = "".join(f"{n}|{r}\n" for n, (_s, r) in self.states.items())
         elif command.startswith("squeue"):
-            out = "".join(f"{j}\n" for j, polls in self.listed.items() if polls > 0)
+            out = "".join(f"{j}|PENDING|{self.held[j]}\n" if j in self.held
+                          else f"{j}|RUNNING|None\n"
+                          for j, polls in self.listed.items() if polls > 0)
             self.listed = {j: polls - 1 for j, polls in self.listed.items()}
+        elif command.startswith("scancel ") and not command.startswith("scancel --res"):
+            self.listed.pop(words[1], None)
         elif command.startswith("scontrol show reservation"):
             out = "".join(f"ReservationName={r} StartTime=2026-11-26T00:00:00 "
                           f"EndTime=Unknown Nodes={hostlist.collect_hostlist(nodes)} "
@@ -437,6 +445,20 @@ def test_a_node_that_goes_down_under_its_job_fails_and_the_others_are_judged(con
                                          f"{lost}; gpu_health before load: {lost}"}
     assert result.passed == ["gpu-001", "gpu-002", "gpu-004"]
     assert "gpu-003 is down*: the results it holds cannot be read back" in g.said
+
+
+def test_a_job_slurm_holds_after_a_failed_launch_is_cancelled_and_its_node_fails(controller):
+    """Seen on the local cluster: a node whose launch failed gets its job requeued held,
+    which would have kept the gate waiting for ever."""
+    controller.held = {"3": "launch failed requeued held"}
+    g = gate(controller)
+    result = g.run(None)
+    lost = "did not run (the job ended first)"
+    assert result.drained == {"gpu-003": f"metalslurm-accept: dcgm_diag {lost}; nccl_1node "
+                                         f"{lost}; gpu_health before load: {lost}"}
+    assert result.passed == ["gpu-001", "gpu-002", "gpu-004"]
+    assert "job 3 on gpu-003 is held (launch failed requeued held): cancelled" in g.said
+    assert controller.sent("scancel 3") == ["scancel 3"]
 
 
 def test_the_node_script_keeps_its_results_on_its_node_in_a_directory_for_root_alone(tmp_path):
