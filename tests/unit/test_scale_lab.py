@@ -23,6 +23,7 @@ SlurmctldHost=ctl(10.77.0.10)
 SlurmdSpoolDir=/var/lib/slurm/slurmd
 TaskPlugin=task/cgroup,task/affinity
 HealthCheckProgram=/usr/local/sbin/metalslurm-health
+JobContainerType=job_container/tmpfs
 TreeWidth=23
 
 # Nodes
@@ -62,6 +63,9 @@ def test_lab_conf_changes_only_the_simulation_settings_and_says_so():
     # Everything else as rendered, and each replaced line kept as a comment.
     assert settings["TreeWidth"] == "23" and settings["ClusterName"] == "metalslurm"
     assert "# scale lab: TaskPlugin=task/cgroup,task/affinity" in conf
+    # Left out, as a comment: no job container in the lab.
+    assert "JobContainerType" not in settings
+    assert "# scale lab: JobContainerType=job_container/tmpfs" in conf
     assert "PartitionName=train Default=YES Nodes=gpu-[0001-0003,0010] State=UP" in conf
 
 
