@@ -189,18 +189,27 @@ def test_gres_and_cgroup_files(rendered):
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_every_job_gets_a_private_tmp_under_a_node_local_base(rendered, release):
-    """job_container/tmpfs on every release (its default directories are /tmp and /dev/shm
-    on 22.05 and 24.11 alike), with the extern step it needs; its base is in the restart
-    record, since slurmd reads job_container.conf at start only."""
+def test_the_job_container_is_off_by_default(rendered, release):
+    """slurm_common_job_container is off until PMIx's shared memory works inside a job's
+    namespace (docs/security.md); the extern step is there for pam_slurm_adopt."""
     conf = settings(rendered / release / "slurm.conf")
-    assert (conf["JobContainerType"], "Contain" in conf["PrologFlags"].split(",")) == (
-        "job_container/tmpfs", True)
-    assert lines(rendered / release / "job_container.conf") == [
-        "AutoBasePath=YES", "BasePath=/var/lib/slurm/jobtmp"]
-    record = lines(rendered / release / ".metalslurm-restart-keys.conf")
-    assert {"JobContainerType=job_container/tmpfs",
-            "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
+    assert ("JobContainerType" in conf, "Contain" in conf["PrologFlags"].split(",")) == (
+        False, True)
+
+
+def test_with_the_job_container_on_every_job_gets_a_private_tmp(tmp_path):
+    """job_container/tmpfs (its default directories are /tmp and /dev/shm on 22.05 and 24.11
+    alike); its base in the restart record, since slurmd reads job_container.conf at start."""
+    proc = run_render(tmp_path, ("22.05", "24.11"), {"slurm_common_job_container": True})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for release in ("22.05", "24.11"):
+        conf = settings(tmp_path / release / "slurm.conf")
+        assert conf["JobContainerType"] == "job_container/tmpfs"
+        assert lines(tmp_path / release / "job_container.conf") == [
+            "AutoBasePath=YES", "BasePath=/var/lib/slurm/jobtmp"]
+        record = lines(tmp_path / release / ".metalslurm-restart-keys.conf")
+        assert {"JobContainerType=job_container/tmpfs",
+                "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
 
 
 GPU_FACTS = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]
