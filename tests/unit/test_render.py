@@ -189,27 +189,31 @@ def test_gres_and_cgroup_files(rendered):
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_the_job_container_is_off_by_default(rendered, release):
-    """slurm_common_job_container is off until PMIx's shared memory works inside a job's
-    namespace (docs/security.md); the extern step is there for pam_slurm_adopt."""
+def test_every_job_gets_a_private_tmp_and_pmix_clients_read_over_the_socket(rendered, release):
+    """job_container/tmpfs by default (its default directories are /tmp and /dev/shm on
+    22.05 and 24.11 alike); its base in the restart record, since slurmd reads
+    job_container.conf at start; PMIx's clients told to use gds/hash (mpi.conf), since the
+    server's shared-memory store is under the node's /tmp, which a job no longer sees."""
     conf = settings(rendered / release / "slurm.conf")
+    assert conf["JobContainerType"] == "job_container/tmpfs"
+    assert "Contain" in conf["PrologFlags"].split(",")
+    assert lines(rendered / release / "job_container.conf") == [
+        "AutoBasePath=YES", "BasePath=/var/lib/slurm/jobtmp"]
+    assert lines(rendered / release / "mpi.conf") == ["PMIxEnv=PMIX_MCA_gds=hash"]
+    record = lines(rendered / release / ".metalslurm-restart-keys.conf")
+    assert {"JobContainerType=job_container/tmpfs",
+            "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
+
+
+def test_with_the_job_container_off_jobs_share_the_nodes_tmp_and_pmix_is_left_alone(tmp_path):
+    """slurm_common_job_container false: no JobContainerType, no PMIx environment; the
+    extern step stays for pam_slurm_adopt."""
+    proc = run_render(tmp_path, ("24.11",), {"slurm_common_job_container": False})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    conf = settings(tmp_path / "24.11" / "slurm.conf")
     assert ("JobContainerType" in conf, "Contain" in conf["PrologFlags"].split(",")) == (
         False, True)
-
-
-def test_with_the_job_container_on_every_job_gets_a_private_tmp(tmp_path):
-    """job_container/tmpfs (its default directories are /tmp and /dev/shm on 22.05 and 24.11
-    alike); its base in the restart record, since slurmd reads job_container.conf at start."""
-    proc = run_render(tmp_path, ("22.05", "24.11"), {"slurm_common_job_container": True})
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    for release in ("22.05", "24.11"):
-        conf = settings(tmp_path / release / "slurm.conf")
-        assert conf["JobContainerType"] == "job_container/tmpfs"
-        assert lines(tmp_path / release / "job_container.conf") == [
-            "AutoBasePath=YES", "BasePath=/var/lib/slurm/jobtmp"]
-        record = lines(tmp_path / release / ".metalslurm-restart-keys.conf")
-        assert {"JobContainerType=job_container/tmpfs",
-                "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
+    assert lines(tmp_path / "24.11" / "mpi.conf") == []
 
 
 GPU_FACTS = [{"minor": m, "cores": "0-55" if m < 4 else "56-111"} for m in range(8)]

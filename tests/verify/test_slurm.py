@@ -98,7 +98,7 @@ def test_each_job_has_its_own_tmp_and_shm(controller, cluster):
     """job_container/tmpfs: a step's /tmp and /dev/shm are empty and its own (owned by the
     job's user, here root), whatever the node's own /tmp holds."""
     if "job_container/tmpfs" not in controller.check_output("scontrol show config"):
-        pytest.skip("no job container here (slurm_common_job_container is off by default)")
+        pytest.skip("no job container here (slurm_common_job_container: false)")
     node = cluster.job_nodes[0]
     compute = testinfra.get_host(f"ansible://{node}", ansible_inventory=cluster.inventory)
     compute.check_output("touch /tmp/metalslurm-verify-node-tmp")
