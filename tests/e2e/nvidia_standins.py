@@ -74,6 +74,19 @@ http.server.HTTPServer((host, int(port)), Metrics).serve_forever()
 """
 
 
+HOSTENGINE_STANDIN = """#!/usr/bin/python3
+# STAND-IN for metalslurm's tests (datacenter-gpu-manager-4's nv-hostengine), not NVIDIA's
+# program: it listens where the real one does (127.0.0.1:5555, no authentication) and
+# answers every connection with one line.
+import socketserver
+class Hello(socketserver.StreamRequestHandler):
+    def handle(self):
+        self.wfile.write(b"STAND-IN nv-hostengine\\n")
+socketserver.TCPServer.allow_reuse_address = True
+socketserver.TCPServer(("127.0.0.1", 5555), Hello).serve_forever()
+"""
+
+
 def _build_deb(out: Path, name: str, version: str, program: str, unit: str | None,
                program_text: str | None = None) -> None:
     tree = out / "build" / f"{name}_{version.replace(':', '%')}"
@@ -144,7 +157,8 @@ def build(root: Path) -> StandinRepository:
     for dcgm in ("datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-cuda12"):
         for version in (DCGM_OLDER, DCGM_VERSION):
             _build_deb(cuda, dcgm, version, "nv-hostengine",
-                       "nvidia-dcgm.service" if dcgm.endswith("13") else None)
+                       "nvidia-dcgm.service" if dcgm.endswith("13") else None,
+                       HOSTENGINE_STANDIN)
     for version in (EXPORTER_OLDER, EXPORTER_VERSION):
         _build_deb(cuda, "datacenter-gpu-manager-exporter", version, "dcgm-exporter",
                    "nvidia-dcgm-exporter.service", EXPORTER_STANDIN)

@@ -51,12 +51,14 @@ FILES = ["/etc/apt/sources.list.d/metalslurm-nvidia.sources",
          "/etc/systemd/system/slurmd.service.d/metalslurm-nvidia.conf",
          "/etc/systemd/system/nvidia-dcgm.service.d",
          "/etc/systemd/system/nvidia-dcgm-exporter.service.d", "/etc/dcgm-exporter",
-         STAND_IN_LSPCI]
+         "/etc/systemd/system/nftables.service.d", "/etc/metalslurm-dcgm-guard.nft",
+         "/etc/systemd/system/metalslurm-dcgm-guard.service", STAND_IN_LSPCI]
 # The reboot test's stand-ins on the nodes (see stand_in_driver_boot).
 STAND_IN_SMI = "/usr/local/bin/nvidia-smi"
 STAND_IN_BOOT_UNIT = "/etc/systemd/system/metalslurm-e2e-standin-nvidia-module.service"
 STAND_IN_MODULE_VERSION = "/run/metalslurm-e2e-standin/nvidia-module-version"
-SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "nvidia-dcgm-exporter"]
+SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "nvidia-dcgm-exporter",
+            "metalslurm-dcgm-guard"]
 # What the controller keeps of each compute node's metalslurm_node.gpus (slurm_controller).
 FACTS_CACHE = "/var/lib/metalslurm/compute-gpus.json"
 
@@ -75,7 +77,7 @@ def standin(debian13):
     for node in NODES:
         debian13.on(node, f"systemctl disable --now {' '.join(SERVICES)} >/dev/null 2>&1; "
                           "apt-get purge -y -qq --allow-change-held-packages "
-                          f"{' '.join(DRIVER + FABRIC + OTHERS)} >/dev/null 2>&1; "
+                          f"{' '.join(DRIVER + FABRIC + OTHERS)} nftables >/dev/null 2>&1; "
                           f"systemctl disable {STAND_IN_BOOT_UNIT.rsplit('/', 1)[1]} "
                           f">/dev/null 2>&1; rm -rf {' '.join(FILES)} {STAND_IN_SMI} "
                           f"{STAND_IN_BOOT_UNIT} {STAND_IN_MODULE_VERSION.rsplit('/', 1)[0]}; "
@@ -166,9 +168,8 @@ def test_the_newest_driver_of_the_branch_is_installed_held_and_the_fabric_manage
         sorted(DRIVER + FABRIC + DCGM)
     assert cluster.on("gpu-002", "apt-mark showhold").stdout.split() == sorted(DRIVER + DCGM)
     # Enabled, in order, not started: no kernel module can load here.
-    assert cluster.on("gpu-001", "systemctl is-enabled nvidia-persistenced nvidia-fabricmanager "
-                                 "nvidia-dcgm nvidia-dcgm-exporter").stdout.split() == \
-        ["enabled"] * 4
+    assert cluster.on("gpu-001", f"systemctl is-enabled {' '.join(SERVICES)}").stdout.split() == \
+        ["enabled"] * 5
     # The exporter: after DCGM, on the private address, reading DCGM's host engine and the
     # prolog's GPU-to-job files, with the fields the alert rules need; slurmd does not wait
     # for it.
@@ -189,8 +190,12 @@ def test_the_newest_driver_of_the_branch_is_installed_held_and_the_fabric_manage
     assert {"nvidia-persistenced.service", "nvidia-fabricmanager.service",
             "nvidia-dcgm.service"} <= set(after.strip().removeprefix("After=").split())
     dcgm_after = cluster.on("gpu-002", "systemctl show --property=After nvidia-dcgm").stdout
-    assert "nvidia-persistenced.service" in dcgm_after.split("=", 1)[1].split()
+    assert {"nvidia-persistenced.service", "metalslurm-dcgm-guard.service"} <= set(
+        dcgm_after.split("=", 1)[1].split())
     assert "nvidia-fabricmanager.service" not in dcgm_after
+    # DCGM's host engine never runs without its guard (the test after the reboot's tries it).
+    assert "metalslurm-dcgm-guard.service" in cluster.on(
+        "gpu-002", "systemctl show --property=Requires nvidia-dcgm").stdout.split("=", 1)[1].split()
     assert cluster.on("gpu-001", "systemctl is-active nvidia-persistenced",
                       check=False).stdout.strip() == "inactive"
     for node in NODES:
@@ -384,3 +389,28 @@ def reboot_test_body(cluster, repo, shared, job: str, power: StandInPowerCycle) 
     again = full_run()
     assert again.ok, again.failures
     assert again.changed == 0, again.changed_tasks
+
+
+HOSTENGINE_PROBE = ("python3 -c \"import socket; "
+                    "s = socket.create_connection(('127.0.0.1', 5555), 5); "
+                    "print(s.recv(64).decode().strip())\"")
+
+
+def test_only_root_reaches_dcgms_host_engine_whatever_the_nodes_firewall_does(standin):
+    """After the reboot above DCGM's host engine runs (a STAND-IN answering one line on
+    127.0.0.1:5555, where nv-hostengine listens, without authentication). A step of alice's
+    on the node is refused; root (DCGM's exporter, the health checker, the gate) is answered.
+    The node's own firewall restarted, reloaded or stopped (its ruleset begins with 'flush
+    ruleset') does not lift the guard."""
+    cluster, _repo = standin
+    assert cluster.on("gpu-001", "systemctl is-active nvidia-dcgm metalslurm-dcgm-guard"
+                      ).stdout.split() == ["active", "active"]
+    for action in ("", "restart", "reload", "stop"):
+        if action:
+            cluster.on("gpu-001", f"systemctl {action} nftables")
+        step = cluster.on("login-001", f"srun -w gpu-001 -n1 --time=1 {HOSTENGINE_PROBE}",
+                          user="alice", check=False)
+        assert step.returncode != 0 and step.stdout == "", (action, step.stdout)
+        assert "ConnectionRefusedError: [Errno 111] Connection refused" in step.stderr, (
+            action, step.stderr)
+        assert cluster.on("gpu-001", HOSTENGINE_PROBE).stdout.strip() == "STAND-IN nv-hostengine"

@@ -53,3 +53,16 @@ def test_the_dcgm_host_engine_answers_with_every_gpu(host, gpu_node, cluster):
     listed = host.check_output("dcgmi discovery --list")
     want = int(cluster.hostvars[gpu_node]["metalslurm_gpu_count"])
     assert f"{want} GPU" in listed, listed
+
+
+def test_only_root_reaches_the_dcgm_host_engine(host, gpu_node, cluster):
+    """The guard (roles/nvidia_gpu: metalslurm-dcgm-guard) is loaded: user nobody's connection
+    to the host engine is refused, root's (dcgmi above) is not."""
+    if not (cluster.var("metalslurm_gpu") or {}).get("dcgm", True):
+        pytest.skip("metalslurm:gpu.dcgm is false")
+    assert host.service("metalslurm-dcgm-guard").is_enabled
+    rules = host.check_output("nft list table inet metalslurm_dcgm_guard")
+    assert 'oifname "lo" tcp dport 5555 meta skuid != 0' in rules, rules
+    probe = host.run("setpriv --reuid=nobody --regid=nogroup --clear-groups -- "
+                     "bash -c 'exec 3<>/dev/tcp/127.0.0.1/5555'")
+    assert probe.rc != 0 and "Connection refused" in probe.stderr, probe.stderr
