@@ -11,8 +11,13 @@ of pairs), and measures in the same run:
   intervals Slurm accounted for the jobs named metalslurm-accept-* (to the second);
 - overhead = wall - the tests' own time, per node tested, and its ratio to 30 s.
 
+With ``--baseline DIR`` (a checkout of an earlier commit: ``git worktree add DIR 783cb0f``),
+each round runs that tree's gate and this one's, in alternating order, on the same cluster,
+and the last line is the ratio of their median wall times (this tree / the baseline): what
+a change to the gate costs, measured in one run.
+
     .venv/bin/python -m bench.bench_accept [--stack FILE] [--nodes gpu-001,gpu-002]
-        [--rounds 3] [--degrade]
+        [--rounds 3] [--degrade] [--baseline DIR]
 
 The stack is the e2e one by default (its cluster must be up: metalslurm local up --stack ...).
 """
@@ -70,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", default="gpu-001,gpu-002")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--degrade", action="store_true")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an earlier checkout whose gate to time against this one's")
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "infra" / "cli.py").is_file():
+        parser.error(f"--baseline: {args.baseline} is not a metalslurm checkout (no infra/cli.py): "
+                     "make one with 'git worktree add DIR COMMIT'")
     cfg = load_stack_file(args.stack)
     state = REPO / ".metalslurm" / args.stack.name.removeprefix("Pulumi.").removesuffix(".yaml")
     inventory = state / "inventory.yml"
@@ -88,28 +98,23 @@ def main(argv: list[str] | None = None) -> int:
     doc["all"]["vars"]["metalslurm_accept"] = SETTINGS
     bench_inventory = state / "inventory-bench-accept.yml"
     bench_inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
-    print(f"{'run':>3} {'wall s':>7} {'tests s':>8} {'overhead s':>10} {'per node s':>10} "
-          f"{'/ 30 s':>7}")
-    per_node = []
+    trees = {"this": REPO} if args.baseline is None else {"this": REPO, "base": args.baseline}
+    print(f"{'run':>3} {'tree':>4} {'wall s':>7} {'tests s':>8} {'overhead s':>10} "
+          f"{'per node s':>10} {'/ 30 s':>7}")
+    per_node: list[float] = []
+    walls: dict[str, list[float]] = {name: [] for name in trees}
     try:
         for run in range(1, args.rounds + 1):
-            since = on_controller(ctl, "date +%Y-%m-%dT%H:%M:%S").strip()
-            time.sleep(1)
-            start = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "infra.cli", "accept", "-i",
-                                   str(bench_inventory), "--nodes", args.nodes,
-                                   "--html", str(state / "bench-accept.html")],
-                                  cwd=REPO, capture_output=True, text=True, check=False)
-            wall = time.monotonic() - start
-            if proc.returncode not in (0, 1):
-                sys.exit(f"metalslurm accept failed ({proc.returncode}): {proc.stderr}")
-            tests = jobs_running_time(ctl, since)
-            overhead = wall - tests
-            per_node.append(overhead / len(nodes))
-            print(f"{run:>3} {wall:>7.1f} {tests:>8.0f} {overhead:>10.1f} "
-                  f"{per_node[-1]:>10.1f} {per_node[-1] / TARGET_SECONDS_PER_NODE:>7.3f}")
-            on_controller(ctl, f"scontrol update nodename={args.nodes} state=resume "
-                          "2>/dev/null || true")
+            order = list(trees) if run % 2 else list(reversed(trees))
+            for name in order:
+                wall, tests = gate_run(trees[name], ctl, bench_inventory, args.nodes, state)
+                walls[name].append(wall)
+                overhead = wall - tests
+                if name == "this":
+                    per_node.append(overhead / len(nodes))
+                print(f"{run:>3} {name:>4} {wall:>7.1f} {tests:>8.0f} {overhead:>10.1f} "
+                      f"{overhead / len(nodes):>10.1f} "
+                      f"{overhead / len(nodes) / TARGET_SECONDS_PER_NODE:>7.3f}")
     finally:
         shutil.rmtree(shared / "bench-accept", ignore_errors=True)
         shutil.rmtree(knobs, ignore_errors=True)
@@ -117,7 +122,28 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(per_node)
     print(f"median overhead {median:.1f} s a node: {median / TARGET_SECONDS_PER_NODE:.3f} of "
           f"the {TARGET_SECONDS_PER_NODE:.0f} s target")
+    if "base" in walls:
+        this, base = statistics.median(walls["this"]), statistics.median(walls["base"])
+        print(f"median wall {this:.1f} s against the baseline's {base:.1f} s: "
+              f"ratio {this / base:.3f}")
     return 0
+
+
+def gate_run(tree: Path, ctl: str, inventory: Path, nodes: str,
+             state: Path) -> tuple[float, float]:
+    """One 'metalslurm accept' run of ``tree``'s code: its wall time and its tests' own."""
+    since = on_controller(ctl, "date +%Y-%m-%dT%H:%M:%S").strip()
+    time.sleep(1)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "infra.cli", "accept", "-i", str(inventory),
+                           "--nodes", nodes, "--html", str(state / "bench-accept.html")],
+                          cwd=tree, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    if proc.returncode not in (0, 1):
+        sys.exit(f"metalslurm accept ({tree}) failed ({proc.returncode}): {proc.stderr}")
+    tests = jobs_running_time(ctl, since)
+    on_controller(ctl, f"scontrol update nodename={nodes} state=resume 2>/dev/null || true")
+    return wall, tests
 
 
 if __name__ == "__main__":
