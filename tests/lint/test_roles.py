@@ -260,10 +260,12 @@ def handlers_of(role: str) -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
-def test_a_role_notifies_its_own_handlers_or_a_topic_another_role_owns(role):
+def test_a_role_notifies_its_own_handlers_or_a_topic_a_dependency_owns(role):
+    """A role plays alone: what it notifies is its own handler, or a metalslurm: topic of a
+    role it depends on (meta/main.yml), never one that only some other role in the same
+    play happens to define."""
     own_names, own_topics = handlers_of(role)
-    others = {r: handlers_of(r) for r in ROLE_NAMES if r != role}
-    foreign_topics = {t for _names, topics in others.values() for t in topics}
+    owned = {t for dep in dependencies(role) for t in handlers_of(dep)[1]}
     problems = []
     for path in role_files(role)["tasks"]:
         for task in tasks_of(load(path)):
@@ -271,11 +273,19 @@ def test_a_role_notifies_its_own_handlers_or_a_topic_another_role_owns(role):
             for target in [notify] if isinstance(notify, str) else notify:
                 if target in own_names | own_topics:
                     continue
-                if target in foreign_topics and target.startswith("metalslurm:"):
+                if target in owned and target.startswith("metalslurm:"):
                     continue
                 problems.append(f"{path.relative_to(REPO)}: notify {target!r}")
-    assert problems == [], (f"role {role} notifies handlers it does not own and no role owns "
-                            f"as a metalslurm: topic: {problems}")
+    assert problems == [], (f"role {role} notifies handlers it does not own and none of its "
+                            f"dependencies owns as a metalslurm: topic: {problems}")
+
+
+def test_no_role_asks_which_roles_are_in_its_play():
+    """A role's behaviour does not depend on its neighbours (ansible_play_role_names)."""
+    found = [str(path.relative_to(REPO)) for role in ROLE_NAMES
+             for path in (ROLES / role).rglob("*.yml")
+             if "ansible_play_role_names" in path.read_text()]
+    assert found == []
 
 
 @cache
