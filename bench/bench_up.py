@@ -32,6 +32,9 @@ from ipaddress import IPv4Network
 from pathlib import Path
 
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    LOCAL_OS_IDS,
+)
 
 from infra.cli import local_up
 from infra.config import load_stack_file
@@ -200,7 +203,7 @@ def report(clusters: list[Cluster], os_name: str) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", type=Path, default=REPO / "Pulumi.local.yaml")
-    parser.add_argument("--os", choices=["debian12", "debian13"])
+    parser.add_argument("--os", choices=LOCAL_OS_IDS)
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--compare-with", metavar="REF",
                         help="a commit to measure alongside this checkout (before/after)")

@@ -298,14 +298,12 @@ def cmd_topology_from_file(args: argparse.Namespace) -> int:
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
-        distro_slurm,
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+        by_id,
     )
 
-    from infra.providers.byo_config import OS_RELEASES
-
     cfg = load_stack_file(args.stack_file, "STACK_FILE")
-    slurm = distro_slurm(*OS_RELEASES[cfg.os]).slurm.release
+    slurm = by_id(cfg.os).slurm_release
     pools = ", ".join(
         f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
         f"{p.gpu_count or 'no'} {p.gpu_type or ''} GPUs".replace("  ", " ")

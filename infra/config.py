@@ -28,6 +28,9 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
     DEFAULT_SHARED_PATHS,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OS_IDS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     shorter_time,
@@ -71,9 +74,6 @@ from infra.users_config import (
 __all__ = ["ClusterConfig", "ConfigError", "STACK_KEYS", "load_stack_file", "parse_config"]
 
 PROVIDERS = ("local", "byo", "oci")
-# What metalslurm:os names: the image the local provider builds; the OS every byo host
-# must run (the host check refuses others); the OS of the oci imageId image.
-OPERATING_SYSTEMS = ("debian12", "debian13", "ubuntu22.04", "ubuntu24.04")
 
 # Slurm ClusterName doubles as a prefix for accounting tables and container names.
 CLUSTER_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -137,7 +137,7 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "byo (existing bare metal), oci (OCI bare-metal GPU shapes).", "local", "string"),
     StackKey("privateCidr", "Private IPv4 network of the cluster (/28 or larger). The "
              "controller gets host .10, compute nodes .11 onwards.", "10.77.0.0/24", "string"),
-    StackKey("os", "Node operating system - debian12, debian13, ubuntu22.04, ubuntu24.04. "
+    StackKey("os", f"Node operating system - {', '.join(OS_IDS)}. "
              "local: the image it builds (Debian only); byo: what every host must run; oci: "
              "what the imageId image is.", "debian13", "string"),
     StackKey("controller", "The controller - name (host name, default ctl).", {}),
@@ -611,7 +611,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
                             what="lower-case letters, digits and '-', starting with a letter, "
                             "at most 32 characters")
     provider = c.string(raw, "provider", key("provider"), choices=PROVIDERS)
-    os_name = c.string(raw, "os", key("os"), choices=OPERATING_SYSTEMS)
+    # The collection's OS table (module_utils/operating_systems.py) owns the list.
+    os_name = c.string(raw, "os", key("os"), choices=OS_IDS)
     cidr = _parse_cidr(c, raw)
     controller = c.mapping(raw, "controller", key("controller"))
     c.unknown_keys(controller, ("name",), key("controller"))

@@ -14,7 +14,10 @@ from typing import Any
 from ansible_collections.metalslurm.cluster.plugins.module_utils.gpu import (
     DEFAULT_BRANCH,
     gpu_problems,
-    os_release,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OS_IDS,
+    by_id,
 )
 
 from infra.schema import Collector
@@ -116,8 +119,7 @@ def parse_gpu(c: Collector, raw: Mapping[str, Any], os_name: str | None,
         reboot_policy=text("rebootPolicy", d.reboot_policy),
         repository=_repository(c, item, "repository", where),
         container_toolkit_repository=_repository(c, item, "containerToolkitRepository", where))
-    release = os_release(*os_name.replace("ubuntu", "ubuntu ").split(" ")) \
-        if os_name and os_name.startswith("ubuntu") else os_name
+    release = by_id(os_name).cuda_repository if os_name and os_name in OS_IDS else os_name
     names = {"fabric_manager": "fabricManager", "fabric_manager_version":
              "fabricManagerVersion", "reboot_policy": "rebootPolicy",
              "container_toolkit_repository": "containerToolkitRepository",

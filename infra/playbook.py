@@ -15,9 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OPERATING_SYSTEMS,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    SlurmVersion,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SITE = REPO_ROOT / "ansible" / "site.yml"
+
+
+def _without_sackd() -> list[str]:
+    """The supported operating systems whose Slurm is older than the slurm_login role's
+    ``slurm_login_sackd_since`` (the OS table's releases, the role's own default)."""
+    defaults = REPO_ROOT / "roles" / "slurm_login" / "defaults" / "main.yml"
+    since = SlurmVersion.parse(yaml.safe_load(defaults.read_text())["slurm_login_sackd_since"])
+    return [o.id for o in OPERATING_SYSTEMS if SlurmVersion.parse(o.slurm_package) < since]
+
 
 # The daemons each role keeps running (its "Keep ... running" tasks), with the condition,
 # in inventory terms, under which it does. tests/unit/test_playbook_map.py checks every
@@ -36,10 +51,9 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
     # On the REST host only: the first login node, else the controller.
     "slurm_rest": (("slurmrestd", "__metalslurm_rest_enabled | bool and "
                                   "inventory_hostname == __metalslurm_submit_host"),),
-    # sackd where the OS's Slurm has it (23.11 and later; tests/unit/test_playbook_map.py
-    # keeps this list equal to the release table's and the role's slurm_login_sackd_since).
-    "slurm_login": (("sackd", "metalslurm_os | default('debian13') not in "
-                              "['debian12', 'ubuntu22.04']"),),
+    # sackd where the OS's Slurm has it (slurm_login_sackd_since, 23.11, and later).
+    "slurm_login": (("sackd", f"metalslurm_os | default('debian13') not in "
+                              f"{_without_sackd()!r}"),),
     "monitoring": (("prometheus", None), ("prometheus-alertmanager", None)),
     # The simulated InfiniBand fabric, on clusters without InfiniBand hardware only.
     "slurm_topology": (("metalslurm-ibsim",

@@ -18,14 +18,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OPERATING_SYSTEMS,
+    by_id,
+)
+
 from infra.inputs import InputError, read_text_argument
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The CPU training examples' environment (examples/setup-train-env.sh builds it).
 DEFAULT_REQUIREMENTS = REPO_ROOT / "examples" / "python" / "requirements-train-cpu.txt"
-# The Python each supported node OS ships (python3), by the stack's metalslurm:os.
-NODE_PYTHON = {"debian12": "3.11", "debian13": "3.13", "ubuntu22.04": "3.10",
-               "ubuntu24.04": "3.12"}
 # Wheel platforms the nodes accept, newest first (every node OS has glibc >= 2.35).
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64")
@@ -42,18 +44,19 @@ class WheelhouseError(RuntimeError):
 def node_python(os_name: str) -> str:
     """The Python version of a node running ``os_name`` (``debian13`` -> ``3.13``)."""
     try:
-        return NODE_PYTHON[os_name]
+        return by_id(os_name).python
     except KeyError:
         raise InputError("--stack", f"no Python version known for os {os_name!r}; give "
                          f"--python (known: "
-                         f"{', '.join(f'{o} {p}' for o, p in NODE_PYTHON.items())})") from None
+                         f"{', '.join(f'{o.id} {o.python}' for o in OPERATING_SYSTEMS)})"
+                         ) from None
 
 
 def check_python(python: str) -> str:
     """``python`` if it is a version such as 3.13, else an InputError naming --python."""
     if not PYTHON_RE.fullmatch(python):
         raise InputError("--python", f"give the nodes' Python as 3.N, such as 3.13 "
-                         f"({', '.join(f'{o}: {p}' for o, p in NODE_PYTHON.items())})",
+                         f"({', '.join(f'{o.id}: {o.python}' for o in OPERATING_SYSTEMS)})",
                          repr(python))
     return python
 

@@ -15,11 +15,12 @@ from typing import Any
 
 import pulumi
 import pulumi_command as command
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import by_id
 
 from infra.config import ClusterConfig
 from infra.inventory import NodeSpec
 from infra.machines import ClusterArgs, Machines
-from infra.providers.byo_config import OS_RELEASES, ByoHost, ByoSettings
+from infra.providers.byo_config import ByoHost, ByoSettings
 
 
 def _settings(cfg: ClusterConfig) -> ByoSettings:
@@ -79,7 +80,8 @@ def host_check_script(name: str, gpu_count: int, os_name: str,
     """A POSIX shell script that fails with a sentence naming the host when it is unfit:
     it must run the stack's ``metalslurm:os`` (every node the same OS, so the same Slurm
     release) and, when ``nvidia-smi`` exists, show the configured GPU count."""
-    os_id, version = OS_RELEASES[os_name]
+    release = by_id(os_name)
+    os_id, version = release.distribution, release.version
     n = shlex.quote(name)
     return f"""set -u
 . {shlex.quote(os_release)} 2>/dev/null ||

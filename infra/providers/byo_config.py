@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 BYO_ROLES = ("controller", "nfs", "compute", "login")
 BMC_DRIVERS = ("redfish", "ipmi")
-# What the roles support: (os-release ID, VERSION_ID), by the stack's metalslurm:os value.
-OS_RELEASES = {"debian12": ("debian", "12"), "debian13": ("debian", "13"),
-               "ubuntu22.04": ("ubuntu", "22.04"), "ubuntu24.04": ("ubuntu", "24.04")}
 _BYO_KEYS = ("sshUser", "bastion", "hosts", "checkHosts")
 _BASTION_KEYS = ("address", "user")
 _HOST_KEYS = ("name", "role", "address", "publicAddress", "pool", "elastic", "gpuType",

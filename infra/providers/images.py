@@ -17,6 +17,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    LOCAL_OS_IDS,
+    by_id,
+)
+
 from infra.providers.podman import PodmanError, image_exists, podman
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +29,6 @@ IMAGE_FILES = REPO_ROOT / "templates" / "local"
 IMAGE_REPO = "localhost/metalslurm-node"
 RECIPE_VERSION = "1"  # bump to force a rebuild when the recipe changes outside these files
 
-SUITES = {"debian12": "bookworm", "debian13": "trixie"}
 # Installed into every node image: what systemd, SSH and Ansible need to manage a node.
 BASE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "openssh-server", "python3",
                  "python3-apt", "procps", "sudo", "ca-certificates")
@@ -98,16 +102,16 @@ def recipe_hash(suite: str, sources: AptSources) -> str:
 
 
 def image_ref(os_name: str, sources: AptSources) -> str:
-    suite = SUITES[os_name]
+    suite = by_id(os_name).codename
     return f"{IMAGE_REPO}:{suite}-{recipe_hash(suite, sources)}"
 
 
 def ensure_image(os_name: str, source: str = "auto", mirror: str | None = None,
                  log=print) -> str:
     """Return the cached image for ``os_name``, building it first if needed."""
-    if os_name not in SUITES:
-        raise ImageError(f"unknown os {os_name!r}; allowed: {', '.join(SUITES)}")
-    suite = SUITES[os_name]
+    if os_name not in LOCAL_OS_IDS:
+        raise ImageError(f"unknown os {os_name!r}; allowed: {', '.join(LOCAL_OS_IDS)}")
+    suite = by_id(os_name).codename
     sources = host_apt_sources()
     if mirror:
         sources = AptSources(mirror=mirror.rstrip("/"), security=sources.security)

@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    LOCAL_OS_IDS,
+)
+
 from infra.schema import Collector, key
 
 IMAGE_SOURCES = ("auto", "registry", "debootstrap")
-# The operating systems the local provider can build node images of.
-LOCAL_OPERATING_SYSTEMS = ("debian12", "debian13")
 _LOCAL_KEYS = ("imageSource", "mirror")
 DEFAULT = {"imageSource": "auto"}
 
@@ -41,8 +43,8 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
     if mirror is not None and not (isinstance(mirror, str) and re.match(r"^https?://", mirror)):
         c.problem(f"{where}.mirror", f"{mirror!r} must be an http(s) URL of a Debian mirror")
         mirror = None
-    if provider == "local" and os_name is not None and os_name not in LOCAL_OPERATING_SYSTEMS:
+    if provider == "local" and os_name is not None and os_name not in LOCAL_OS_IDS:
         c.problem(key("os"), f"{os_name!r}: the local provider builds Debian node images only; "
-                  f"use one of {', '.join(LOCAL_OPERATING_SYSTEMS)} (Ubuntu runs with the byo "
+                  f"use one of {', '.join(LOCAL_OS_IDS)} (Ubuntu runs with the byo "
                   "and oci providers)")
     return LocalSettings(image_source=image_source or "auto", mirror=mirror)

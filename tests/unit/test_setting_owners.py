@@ -6,6 +6,7 @@ does, and that no copy has crept back in."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import importlib
 import importlib.machinery
@@ -49,6 +50,50 @@ def ansible_files() -> list[Path]:
     for part in ("defaults", "vars", "tasks", "templates"):
         files += sorted(p for p in ROLES.glob(f"*/{part}/**/*") if p.is_file())
     return files
+
+
+# ---- the supported operating systems: module_utils/operating_systems.py -----------------------
+
+def _os_names() -> set[str]:
+    """Every name a copy of the OS list would spell: ids, codenames, CUDA repository names."""
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+        OPERATING_SYSTEMS,
+    )
+
+    return {n for o in OPERATING_SYSTEMS for n in (o.id, o.codename, o.cuda_repository)}
+
+
+def _source_files() -> list[Path]:
+    """The Python the operator side, the collection, the roles and the benches run (not tests)."""
+    files = [REPO / "__main__.py"]
+    for top in (REPO / "infra", REPO / "bench", REPO / "examples", COLLECTION / "plugins", ROLES):
+        files += [p for p in top.rglob("*.py") if "tests" not in p.relative_to(REPO).parts]
+    return sorted(files)
+
+
+def _os_list_copies(node: ast.AST, names: set[str]) -> list[str]:
+    """The OS names ``node`` spells as a list: two or more as the items of a list, tuple, set
+    or dict's keys, or three or more in one string (a message listing them); else []."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        spelled = sorted(n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)",
+                                                       node.value))
+        return spelled if len(spelled) >= 3 else []
+    items = (node.keys if isinstance(node, ast.Dict)
+             else node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) else [])
+    spelled = [i.value for i in items if isinstance(i, ast.Constant) and i.value in names]
+    return spelled if len(spelled) >= 2 else []
+
+
+def test_the_os_list_is_written_once():
+    """No module but the OS table spells the supported operating systems as a list (a second
+    copy of it); each reads module_utils/operating_systems.py instead."""
+    names = _os_names()
+    owner = COLLECTION / "plugins/module_utils/operating_systems.py"
+    copies = [f"{path.relative_to(REPO)}:{node.lineno}: {spelled}"
+              for path in _source_files() if path != owner
+              for node in ast.walk(ast.parse(path.read_text(), str(path)))
+              if (spelled := _os_list_copies(node, names))]
+    assert copies == []
 
 
 def test_the_roles_default_time_is_the_stack_configs():

@@ -18,6 +18,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OPERATING_SYSTEMS,
+    cuda_repository,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     compress_hostlist,
 )
@@ -32,13 +36,9 @@ VERSION_RE = re.compile(r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$")
 FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 # A Debian package version (epoch optional), as apt takes it after "name=".
 PACKAGE_VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
-# The first driver branch NVIDIA's CUDA repository carries for each release (the
-# repositories' directory names: ubuntu2204, ubuntu2404, debian12, debian13), from
-# NVIDIA's CUDA and driver installation guides: Debian 13's repository starts with CUDA
-# 13.0, whose driver is 580; Ubuntu 24.04's with driver 550; 535 is the oldest long-term
-# branch still supported on the other two. Open kernel modules for Hopper need 515 or
-# later, which each of these is.
-FIRST_BRANCH = {"debian12": 535, "debian13": 580, "ubuntu2204": 535, "ubuntu2404": 550}
+# The first driver branch NVIDIA's CUDA repository carries for each release, by the
+# repository's directory name (ubuntu2204...; module_utils/operating_systems.py owns both).
+FIRST_BRANCH = {o.cuda_repository: o.first_nvidia_branch for o in OPERATING_SYSTEMS}
 # GPUs that can be partitioned with MIG (NVIDIA's MIG user guide: A100, A30, H100, H200,
 # GH200, B200). The rest of the inventory's GPU types cannot.
 MIG_CAPABLE = ("a100", "a30", "b200", "gh200", "h100", "h200")
@@ -50,11 +50,8 @@ TOOLKIT_KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 
 def os_release(distribution: str, version: str) -> str:
     """The CUDA repository's name for an OS (``debian12``, ``ubuntu2404``), from Ansible's
-    ``distribution`` and ``distribution_version`` (or the stack's ``os``: ubuntu22.04)."""
-    dist = distribution.lower()
-    if dist == "debian":
-        return f"debian{version.split('.')[0]}"
-    return f"{dist}{version.replace('.', '')}"
+    ``distribution`` and ``distribution_version`` (module_utils/operating_systems.py)."""
+    return cuda_repository(distribution, version)
 
 
 def gpu_problems(settings: Mapping[str, Any], release: str | None = None,

@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OPERATING_SYSTEMS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
     distro_slurm,
 )
@@ -118,7 +121,13 @@ def jwt_os_problem(os_name: str) -> str | None:
     return (f"{os_name}'s Slurm {release.release} has no JWT plugin package "
             "(slurm-wlm-jwt-plugin), which slurmrestd needs to authenticate users: turn the "
             "REST API off (metalslurm:rest enabled: false), or use an os whose Slurm has it "
-            "(debian12, debian13, ubuntu24.04)")
+            f"({', '.join(_jwt_os_ids())})")
+
+
+def _jwt_os_ids() -> list[str]:
+    """The supported operating systems whose Slurm has the JWT plugin."""
+    return [o.id for o in OPERATING_SYSTEMS
+            if (release := os_release(o.id)) is not None and release.jwt_plugin]
 
 
 def rest_settings(given: Mapping[str, Any] | None,

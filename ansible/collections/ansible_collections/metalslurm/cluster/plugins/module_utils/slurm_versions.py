@@ -35,6 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
+    OPERATING_SYSTEMS,
+)
+
 __all__ = [
     "DISTRO_SLURM",
     "DROP",
@@ -517,19 +521,11 @@ class DistroSlurm:
         return SlurmVersion.parse(self.package_version)
 
 
-DISTRO_SLURM: tuple[DistroSlurm, ...] = (
-    DistroSlurm("debian", "12", "22.05.8-4+deb12u3",
-                "'apt-cache policy slurmctld' against deb.debian.org bookworm/main and "
-                "bookworm-security/main"),
-    DistroSlurm("debian", "13", "24.11.5-4",
-                "'apt-cache policy slurmctld' against deb.debian.org trixie/main"),
-    DistroSlurm("ubuntu", "22.04", "21.08.5-2ubuntu1",
-                "https://manpages.ubuntu.com/manpages/jammy/en/man5/cgroup.conf.5.html: "
-                "'Provided by: slurm-client_21.08.5-2ubuntu1_amd64'"),
-    DistroSlurm("ubuntu", "24.04", "23.11.4-1.2ubuntu5",
-                "https://manpages.ubuntu.com/manpages/noble/man5/cgroup.conf.5.html: "
-                "'Provided by: slurm-client_23.11.4-1.2ubuntu5_amd64'"),
-)
+# The Slurm each supported OS ships (module_utils/operating_systems.py owns the list and the
+# package versions, with where each was read).
+DISTRO_SLURM: tuple[DistroSlurm, ...] = tuple(
+    DistroSlurm(o.distribution, o.version, o.slurm_package, o.slurm_source)
+    for o in OPERATING_SYSTEMS)
 
 
 def distro_slurm(distribution: str, version: str) -> DistroSlurm:
