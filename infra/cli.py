@@ -499,10 +499,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
-    sub = parser.add_subparsers(dest="command", required=True)
+_Commands = argparse._SubParsersAction  # what add_subparsers returns
 
+
+def _add_local(sub: _Commands) -> None:
+    """``local up|down|status|exec``: the local cluster of podman nodes."""
     local = sub.add_parser("local", help="the local cluster of podman nodes")
     local_sub = local.add_subparsers(dest="local_command", required=True)
     stack_help = f"stack config file (default {DEFAULT_STACK})"
@@ -524,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("words", nargs=argparse.REMAINDER, metavar="[NODE] -- COMMAND")
     ex.set_defaults(func=cmd_local_exec)
 
+
+def _add_configure(sub: _Commands) -> None:
+    """``configure``: ansible/site.yml against an inventory."""
     conf = sub.add_parser("configure", help="run ansible/site.yml against an inventory")
     conf.add_argument("-i", "--inventory", required=True, type=Path)
     conf.add_argument("--limit")
@@ -534,10 +538,16 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("-v", "--verbose", action="count", default=0)
     conf.set_defaults(func=cmd_configure)
 
+
+def _add_verify(sub: _Commands) -> None:
+    """``verify``: the testinfra suite against an inventory."""
     ver = sub.add_parser("verify", help="run the testinfra suite against an inventory")
     ver.add_argument("-i", "--inventory", required=True, type=Path)
     ver.set_defaults(func=cmd_verify)
 
+
+def _add_topology(sub: _Commands) -> None:
+    """``topology discover|from-file``: topology.conf from the InfiniBand fabric."""
     topo = sub.add_parser("topology", help="Slurm's topology.conf from the InfiniBand fabric")
     topo_sub = topo.add_subparsers(dest="topology_command", required=True)
     disc = topo_sub.add_parser(
@@ -564,12 +574,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--plugin", choices=("tree", "block"), default="tree")
     gen.set_defaults(func=cmd_topology_from_file)
 
+
+def _add_config(sub: _Commands) -> None:
+    """``config validate``: check a stack config file."""
     config = sub.add_parser("config", help="stack config tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     validate = config_sub.add_parser("validate", help="check a stack config file")
     validate.add_argument("stack_file", type=Path, metavar="STACK_FILE")
     validate.set_defaults(func=cmd_config_validate)
 
+
+def _add_wheelhouse(sub: _Commands) -> None:
+    """``wheelhouse``: the pinned wheels nodes install offline."""
     wh = sub.add_parser(
         "wheelhouse", help="download the pinned wheels nodes install offline",
         description="Downloads the wheels of a pinned requirements file (default: the CPU "
@@ -588,6 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "examples/python/requirements-train-cpu.txt)")
     wh.set_defaults(func=cmd_wheelhouse)
 
+
+def _add_report(sub: _Commands) -> None:
+    """``report usage``: GPU-hours from Slurm accounting."""
     rep = sub.add_parser("report", help="reports from Slurm accounting")
     rep_sub = rep.add_subparsers(dest="report_command", required=True)
     usage = rep_sub.add_parser(
@@ -612,6 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--csv", action="store_true", help="CSV instead of a text table")
     usage.set_defaults(func=cmd_report_usage)
 
+
+def _add_accept(sub: _Commands) -> None:
+    """``accept`` and ``accept report``: the acceptance gate."""
     acc = sub.add_parser(
         "accept", help="the acceptance gate: nodes prove GPUs and fabric before taking jobs",
         description="Test nodes in a maintenance reservation (dcgmi diag, NCCL all_reduce on "
@@ -632,6 +654,20 @@ def build_parser() -> argparse.ArgumentParser:
     acc_rep.add_argument("--run", help="the run (default: the last)")
     acc_rep.add_argument("--html", type=Path, help="where to write the page")
     acc_rep.set_defaults(func=cmd_accept_report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``metalslurm`` command line: one subcommand per operator task."""
+    parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_local(sub)
+    _add_configure(sub)
+    _add_verify(sub)
+    _add_topology(sub)
+    _add_config(sub)
+    _add_wheelhouse(sub)
+    _add_report(sub)
+    _add_accept(sub)
     return parser
 
 

@@ -107,8 +107,8 @@ def parse_accept(c: Collector, raw: Mapping[str, Any]) -> dict[str, Any]:
     return {"gate": False, **converted}
 
 
-def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateSettings:
-    """The checks both spellings share; ``shown`` spells a key the way the user wrote it."""
+def _check_keys(raw: Any, shown: Callable[[str], str]) -> None:
+    """A mapping of known settings, none of them removed ones."""
     if not isinstance(raw, Mapping):
         raise _Problem("", f"is {type(raw).__name__}; give a mapping of "
                        f"{', '.join(shown(k) for k in KEYS)}")
@@ -119,14 +119,18 @@ def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateS
     if unknown:
         raise _Problem(str(unknown[0]), f"is not a setting; the settings are "
                        f"{', '.join(shown(k) for k in KEYS)}")
-    d = GateSettings()
-    values: dict[str, Any] = {f.name: getattr(d, f.name) for f in fields(GateSettings)}
+
+
+def _judging_values(raw: Mapping[str, Any], level: str | None,
+                    values: dict[str, Any]) -> None:
+    """gate, level and the numbers the verdicts use (history, samples, rounds, the fleet
+    fraction) into ``values``."""
     if "gate" in raw:
         if not isinstance(raw["gate"], bool):
             raise _Problem("gate", f"is {raw['gate']!r}; give true (new nodes and nodes "
                            "rebooted onto a new driver wait in the gate) or false")
         values["gate"] = raw["gate"]
-    chosen = level or raw.get("level", d.level)
+    chosen = level or raw.get("level", values["level"])
     if not isinstance(chosen, str) or chosen not in LEVELS:
         raise _Problem("level", f"is {chosen!r}; give quick (dcgmi diag -r 2) or full (-r 3)")
     values["level"] = chosen
@@ -141,6 +145,11 @@ def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateS
             raise _Problem("fleet_fraction", f"is {fraction}; give a fraction below 1 (0.1 "
                            "fails a figure 10 % under the fleet's median)")
         values["fleet_fraction"] = float(fraction)
+
+
+def _node_values(raw: Mapping[str, Any], values: dict[str, Any]) -> None:
+    """What the tests run on (HCA type and names, the tools' path, GPUDirect) into
+    ``values``."""
     if "hca_type" in raw:
         if not isinstance(raw["hca_type"], str) or not raw["hca_type"]:
             raise _Problem("hca_type", f"is {raw['hca_type']!r}; give the HCAs' type, as "
@@ -162,7 +171,12 @@ def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateS
         if not isinstance(raw["gpudirect"], bool):
             raise _Problem("gpudirect", f"is {raw['gpudirect']!r}; give true or false")
         values["gpudirect"] = raw["gpudirect"]
-    timeouts = dict(d.timeouts)
+
+
+def _timeouts(raw: Mapping[str, Any], defaults: Mapping[str, int],
+              shown: Callable[[str], str]) -> dict[str, int]:
+    """Each tool's timeout: the defaults with the ones ``timeouts`` gives."""
+    timeouts = dict(defaults)
     given = raw.get("timeouts") or {}
     if not isinstance(given, Mapping):
         raise _Problem("timeouts", f"is {given!r}; give a mapping of " + ", ".join(
@@ -172,7 +186,12 @@ def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateS
             raise _Problem(f"timeouts.{key}", "is not a tool; the tools are " + ", ".join(
                 shown(f"timeouts.{t}").split(".")[1] for t in TIMEOUTS))
         timeouts[key] = int(_positive(value, f"timeouts.{key}", integer=True))
-    values["timeouts"] = timeouts
+    return timeouts
+
+
+def _thresholds(raw: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """The floors per kind, hardware type and test: the defaults with the ones
+    ``thresholds`` gives."""
     thresholds = {kind: {hw: dict(t) for hw, t in table.items()}
                   for kind, table in DEFAULT_THRESHOLDS.items()}
     given = raw.get("thresholds") or {}
@@ -194,7 +213,18 @@ def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateS
                                    f"{', '.join(THRESHOLD_TESTS[kind])}")
                 thresholds.setdefault(kind, {}).setdefault(str(hardware), {})[test] = float(
                     _positive(value, key))
-    values["thresholds"] = thresholds
+    return thresholds
+
+
+def _validate(raw: Any, level: str | None, shown: Callable[[str], str]) -> GateSettings:
+    """The checks both spellings share; ``shown`` spells a key the way the user wrote it."""
+    _check_keys(raw, shown)
+    d = GateSettings()
+    values: dict[str, Any] = {f.name: getattr(d, f.name) for f in fields(GateSettings)}
+    _judging_values(raw, level, values)
+    _node_values(raw, values)
+    values["timeouts"] = _timeouts(raw, d.timeouts, shown)
+    values["thresholds"] = _thresholds(raw)
     _check_nccl_tests(raw.get("nccl_tests"))
     return GateSettings(**values)
 

@@ -125,24 +125,17 @@ def _get(hostvars: Mapping[str, Any], host: str, key: str, default: Any = None) 
         return default
 
 
-def inventory_problems(view: Mapping[str, Any]) -> list[str]:
-    """Every rule the inventory contract states, as one sentence per broken rule.
-
-    ``view`` is ``{"groups": {group: [host, ...]}, "hostvars": {host: {var: value}}}``:
-    what :func:`inventory_view` returns, or what Ansible has as ``groups``/``hostvars``.
-    """
-    groups: Mapping[str, list[str]] = view["groups"]
-    hostvars: Mapping[str, Any] = view["hostvars"]
+def _group_problems(groups: Mapping[str, list[str]]) -> list[str]:
+    """One controller, at least one compute host, a login node that is nothing else, at most
+    one NFS server."""
     problems: list[str] = []
-
     controllers = list(groups.get("slurm_controller") or [])
-    compute = list(groups.get("slurm_compute") or [])
     if not controllers:
         problems.append("group slurm_controller is empty: put exactly one host in it")
     elif len(controllers) > 1:
         problems.append(f"group slurm_controller has {len(controllers)} hosts "
                         f"({', '.join(controllers)}): put exactly one host in it")
-    if not compute:
+    if not groups.get("slurm_compute"):
         problems.append("group slurm_compute is empty: add at least one compute host")
     # A login node runs no slurmd and no Slurm daemon: users' shells there must not compete
     # with jobs or with slurmctld (the controller is the submit host when there is none).
@@ -158,28 +151,42 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     if len(nfs) > 1:
         problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "
                         "use zero or one")
-    first = (controllers or compute or [""])[0]
-    storage = _get(hostvars, first, "metalslurm_shared_storage", DEFAULT_SHARED_STORAGE)
-    if storage not in SHARED_STORAGE:
-        problems.append(f"metalslurm_shared_storage {storage!r} is not one of "
-                        f"{', '.join(SHARED_STORAGE)}")
-    elif storage == "nfs" and len(nfs) != 1:
-        problems.append("metalslurm_shared_storage is nfs but group nfs_server is empty: put "
-                        "the NFS server host in it, or set metalslurm_shared_storage: none")
+    return problems
 
-    all_hosts = sorted({h for g in GROUPS for h in (groups.get(g) or [])})
-    seen_lower: dict[str, str] = {}
-    seen_addr: dict[str, str] = {}
+
+def _storage_problems(storage: Any, nfs: list[str]) -> list[str]:
+    """metalslurm_shared_storage must be known, and nfs needs its one NFS server."""
+    if storage not in SHARED_STORAGE:
+        return [f"metalslurm_shared_storage {storage!r} is not one of "
+                f"{', '.join(SHARED_STORAGE)}"]
+    if storage == "nfs" and len(nfs) != 1:
+        return ["metalslurm_shared_storage is nfs but group nfs_server is empty: put "
+                "the NFS server host in it, or set metalslurm_shared_storage: none"]
+    return []
+
+
+def _private_network(hostvars: Mapping[str, Any], all_hosts: list[str],
+                     problems: list[str]) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The private network (the first host's metalslurm_private_cidr that is set), or None
+    when none is set or it is not a network (a problem then)."""
     cidr_text = None
     for h in all_hosts:
         cidr_text = cidr_text or _get(hostvars, h, "metalslurm_private_cidr")
     try:
-        cidr = ipaddress.ip_network(cidr_text) if cidr_text else None
+        return ipaddress.ip_network(cidr_text) if cidr_text else None
     except ValueError:
         problems.append(f"metalslurm_private_cidr {cidr_text!r} is not a network in CIDR "
                         "notation (example: 10.77.0.0/24)")
-        cidr = None
+        return None
 
+
+def _host_problems(hostvars: Mapping[str, Any], all_hosts: list[str],
+                   cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None) -> list[str]:
+    """Each host's name must suit Slurm and DNS and be unique ignoring case; its address
+    must be set, an IP address, unique and inside the private network."""
+    problems: list[str] = []
+    seen_lower: dict[str, str] = {}
+    seen_addr: dict[str, str] = {}
     for h in all_hosts:
         if not NODE_NAME_RE.match(h):
             problems.append(f"host {h!r}: Slurm and DNS reject this name; use lower-case "
@@ -203,17 +210,24 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
             problems.append(f"hosts {prev!r} and {h!r} have the same address {ip}")
         if cidr is not None and ip not in cidr:
             problems.append(f"host {h!r}: address {ip} is outside the private network {cidr}")
+    return problems
 
-    for h in compute:
-        problems += _compute_host_problems(h, hostvars)
 
-    for i, part in enumerate(_get(hostvars, (compute or all_hosts or [""])[0],
-                                  "metalslurm_partitions", []) or []):
+def _partition_problems(partitions: Any, compute: list[str]) -> list[str]:
+    """Every node a partition names must be a compute host."""
+    problems: list[str] = []
+    for i, part in enumerate(partitions or []):
         for node in part.get("nodes", []) if isinstance(part, Mapping) else []:
             if node not in compute:
                 problems.append(f"metalslurm_partitions[{i}] ({part.get('name')}): node "
                                 f"{node!r} is not in group slurm_compute")
-    monitoring = _get(hostvars, (all_hosts or [""])[0], "metalslurm_monitoring", {}) or {}
+    return problems
+
+
+def _monitoring_problems(monitoring: Any, hostvars: Mapping[str, Any],
+                         all_hosts: list[str]) -> list[str]:
+    """metalslurm_monitoring's settings, and its host a static host of the inventory."""
+    problems: list[str] = []
     try:
         if not isinstance(monitoring, Mapping):
             raise MonitoringSettingsError(f"metalslurm_monitoring: {monitoring!r} is not a "
@@ -228,13 +242,47 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
     elif isinstance(host, str) and _get(hostvars, host, "metalslurm_node_state") == "cloud":
         problems.append(f"metalslurm_monitoring.host {host!r} is an elastic node (Slurm powers "
                         "it down when idle, and Prometheus with it); name a static host")
-    problems += _user_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_users", []),
-                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_groups", []),
-                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_access", {}))
-    problems += _rest_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_rest", {}),
-                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_os"),
-                               _get(hostvars, (all_hosts or [""])[0], "metalslurm_private_cidr"))
-    problems += _accept_problems(_get(hostvars, (all_hosts or [""])[0], "metalslurm_accept", {}))
+    return problems
+
+
+def inventory_problems(view: Mapping[str, Any]) -> list[str]:
+    """Every rule the inventory contract states, as one sentence per broken rule.
+
+    ``view`` is ``{"groups": {group: [host, ...]}, "hostvars": {host: {var: value}}}``:
+    what :func:`inventory_view` returns, or what Ansible has as ``groups``/``hostvars``.
+    """
+    groups: Mapping[str, list[str]] = view["groups"]
+    hostvars: Mapping[str, Any] = view["hostvars"]
+    problems = _group_problems(groups)
+
+    controllers = list(groups.get("slurm_controller") or [])
+    compute = list(groups.get("slurm_compute") or [])
+    first = (controllers or compute or [""])[0]
+    problems += _storage_problems(
+        _get(hostvars, first, "metalslurm_shared_storage", DEFAULT_SHARED_STORAGE),
+        list(groups.get("nfs_server") or []))
+
+    all_hosts = sorted({h for g in GROUPS for h in (groups.get(g) or [])})
+    cidr = _private_network(hostvars, all_hosts, problems)
+    problems += _host_problems(hostvars, all_hosts, cidr)
+    for h in compute:
+        problems += _compute_host_problems(h, hostvars)
+    problems += _partition_problems(
+        _get(hostvars, (compute or all_hosts or [""])[0], "metalslurm_partitions", []),
+        compute)
+
+    # The cluster-wide settings, read from the first host.
+    def cluster_var(name: str, default: Any = None) -> Any:
+        return _get(hostvars, (all_hosts or [""])[0], name, default)
+
+    problems += _monitoring_problems(cluster_var("metalslurm_monitoring", {}) or {}, hostvars,
+                                     all_hosts)
+    problems += _user_problems(cluster_var("metalslurm_users", []),
+                               cluster_var("metalslurm_groups", []),
+                               cluster_var("metalslurm_access", {}))
+    problems += _rest_problems(cluster_var("metalslurm_rest", {}), cluster_var("metalslurm_os"),
+                               cluster_var("metalslurm_private_cidr"))
+    problems += _accept_problems(cluster_var("metalslurm_accept", {}))
     return problems
 
 

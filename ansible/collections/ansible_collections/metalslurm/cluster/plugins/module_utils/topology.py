@@ -140,6 +140,26 @@ def compact_hostlist(names: Iterable[str]) -> str:
     return ",".join(parts)
 
 
+def _reach_problems(topology: Topology, by_name: dict[str, Switch],
+                    roots: list[str]) -> list[str]:
+    """Switches reached twice walking down from the top ones (a cycle or a shared child),
+    and switches never reached."""
+    problems = []
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            problems.append(f"switch {name} is reached twice (a cycle or a shared child)")
+            continue
+        seen.add(name)
+        stack.extend(c for c in by_name[name].children if c in by_name)
+    unreachable = [s.name for s in topology.switches if s.name not in seen]
+    if unreachable:
+        problems.append(f"switches not reachable from the top: {', '.join(unreachable)}")
+    return problems
+
+
 def tree_problems(topology: Topology) -> list[str]:
     """What keeps a topology from being a tree Slurm's topology/tree schedules well: one
     root, every switch reachable from it, no cycles, each node under exactly one leaf."""
@@ -165,18 +185,7 @@ def tree_problems(topology: Topology) -> list[str]:
     if len(roots) != 1:
         problems.append(f"{len(roots)} top-level switches ({', '.join(roots) or 'none'}); "
                         "a tree has one")
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            problems.append(f"switch {name} is reached twice (a cycle or a shared child)")
-            continue
-        seen.add(name)
-        stack.extend(c for c in by_name[name].children if c in by_name)
-    unreachable = [s.name for s in topology.switches if s.name not in seen]
-    if unreachable:
-        problems.append(f"switches not reachable from the top: {', '.join(unreachable)}")
+    problems += _reach_problems(topology, by_name, roots)
     where: dict[str, list[str]] = defaultdict(list)
     for s in topology.switches:
         for node in s.nodes:

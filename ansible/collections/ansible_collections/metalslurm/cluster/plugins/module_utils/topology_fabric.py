@@ -121,16 +121,9 @@ class _UnionFind:
         return list(found.values())
 
 
-def tree_from_fabric(fabric: Fabric, nodes: Sequence[str],
-                     previous: Topology | None = None) -> Discovery:
-    """A Slurm tree for ``nodes`` (the inventory's compute nodes) from a parsed fabric;
-    see the module documentation for the rules."""
-    if not nodes:
-        raise TopologyError("no compute nodes to place in a topology")
-    match = NodeMatcher(nodes)
-    warnings: list[str] = []
-
-    # Physical switch names, made unique.
+def _unique_switch_names(fabric: Fabric, warnings: list[str]) -> dict[str, str]:
+    """Each physical switch's name (GUID -> name), a name used twice with the GUID appended
+    (with a warning)."""
     raw_names = {g: switch_name(s.description, g) for g, s in fabric.switches.items()}
     counts: dict[str, int] = defaultdict(int)
     for name in raw_names.values():
@@ -140,12 +133,22 @@ def tree_from_fabric(fabric: Fabric, nodes: Sequence[str],
     if twice:
         warnings.append(f"{len(twice)} switch description(s) are used by several switches "
                         f"({', '.join(twice)}); their GUIDs were appended to tell them apart.")
+    return names
 
-    # Hosts on each switch.
-    switch_nodes: dict[str, set[str]] = defaultdict(set)
-    edge: set[str] = set()  # switches with any host HCA (matched or not)
-    unmatched: set[str] = set()
-    unnamed: list[str] = []
+
+@dataclass
+class _HostLinks:
+    """The fabric's host HCAs, seen from the switches they are cabled to."""
+
+    switch_nodes: dict[str, set[str]]  # switch GUID -> the inventory nodes cabled to it
+    edge: set[str]  # switches with any host HCA (matched or not)
+    unmatched: set[str]  # hosts no inventory node matches
+    unnamed: list[str]  # GUIDs of HCAs without a description naming their host
+
+
+def _host_links(fabric: Fabric, match: NodeMatcher) -> _HostLinks:
+    """Which inventory nodes each switch has cables to, skipping aggregation HCAs."""
+    found = _HostLinks(defaultdict(set), set(), set(), [])
     for guid in sorted(fabric.cas):
         ca = fabric.cas[guid]
         if AGGREGATION_RE.search(ca.description):
@@ -153,125 +156,169 @@ def tree_from_fabric(fabric: Fabric, nodes: Sequence[str],
         host = host_of(ca.description)
         node = match(host) if host else None
         if host is None:
-            unnamed.append(guid)
+            found.unnamed.append(guid)
         elif node is None:
-            unmatched.add(host)
+            found.unmatched.add(host)
         for peer in ca.ports.values():
             if peer.kind == "S" and peer.guid in fabric.switches:
-                edge.add(peer.guid)
+                found.edge.add(peer.guid)
                 if node is not None:
-                    switch_nodes[peer.guid].add(node)
+                    found.switch_nodes[peer.guid].add(node)
+    return found
 
-    # Levels: distance from the leaves, climbing only through switches without hosts.
-    level_of: dict[str, int] = dict.fromkeys(switch_nodes, 0)
-    by_level: list[list[str]] = [sorted(switch_nodes)]
+
+def _switch_levels(fabric: Fabric, links: _HostLinks) -> tuple[dict[str, int], list[list[str]]]:
+    """Each switch's level (GUID -> distance from the leaves) and the switches of each level,
+    climbing only through switches without hosts."""
+    level_of: dict[str, int] = dict.fromkeys(links.switch_nodes, 0)
+    by_level: list[list[str]] = [sorted(links.switch_nodes)]
     while by_level[-1]:
         upper = sorted({p.guid for g in by_level[-1] for p in fabric.switches[g].ports.values()
                         if p.kind == "S" and p.guid in fabric.switches
-                        and p.guid not in level_of and p.guid not in edge})
+                        and p.guid not in level_of and p.guid not in links.edge})
         for g in upper:
             level_of[g] = len(by_level)
         by_level.append(upper)
     by_level.pop()
+    return level_of, by_level
 
-    # Level 0: leaves whose hosts overlap are one switch.
-    groups: list[Switch] = []
-    group_of: dict[str, str] = {}  # physical GUID -> group name
-    used: set[str] = set()
 
-    def group_name(members: list[str], prefix: str) -> str:
+def _by_first_member(components: Iterable[tuple[list[str], list[str]]]
+                     ) -> list[tuple[list[str], list[str]]]:
+    """Groups (member names, member GUIDs) in the natural order of their first member."""
+    return sorted(components, key=lambda c: natural_key(sorted(c[0], key=natural_key)[0]))
+
+
+class _Grouping:
+    """The Slurm switches made of the physical ones, level by level (see the module doc)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names  # physical GUID -> name
+        self.groups: list[Switch] = []
+        self.group_of: dict[str, str] = {}  # physical GUID -> group name
+        self.tops: set[str] = set()  # the groups with no parent yet
+        self.used: set[str] = set()
+
+    def group_name(self, members: list[str], prefix: str) -> str:
+        """A unique name for a group: its only member's, or its first member's after
+        ``prefix``."""
         ordered = sorted(members, key=natural_key)
         base = ordered[0] if len(ordered) == 1 else f"{prefix}{ordered[0]}"
         name, n = base, 1
-        while name in used or name in (ROOT, UNPLACED):
+        while name in self.used or name in (ROOT, UNPLACED):
             n += 1
             name = f"{base}-{n}"
-        used.add(name)
+        self.used.add(name)
         return name
 
-    uf = _UnionFind(by_level[0] if by_level else [])
-    leaves_of_node: dict[str, str] = {}
-    for guid in by_level[0] if by_level else []:
-        for node in switch_nodes[guid]:
-            first = leaves_of_node.setdefault(node, guid)
-            if first != guid:
-                uf.union(first, guid)
-    components = sorted(([names[g] for g in comp], comp) for comp in uf.groups())
-    for member_names, comp in sorted(components, key=lambda c: natural_key(
-            sorted(c[0], key=natural_key)[0])):
-        name = group_name(member_names, "su-")
-        for g in comp:
-            group_of[g] = name
-        groups.append(Switch(name, tuple(n for g in comp for n in switch_nodes[g]),
-                             members=tuple(member_names)))
-    tops = {s.name for s in groups}
+    def add_leaves(self, leaves: list[str], switch_nodes: dict[str, set[str]]) -> None:
+        """Level 0: leaves whose hosts overlap are one switch."""
+        uf = _UnionFind(leaves)
+        leaves_of_node: dict[str, str] = {}
+        for guid in leaves:
+            for node in switch_nodes[guid]:
+                first = leaves_of_node.setdefault(node, guid)
+                if first != guid:
+                    uf.union(first, guid)
+        components = sorted(([self.names[g] for g in comp], comp) for comp in uf.groups())
+        for member_names, comp in _by_first_member(components):
+            name = self.group_name(member_names, "su-")
+            for g in comp:
+                self.group_of[g] = name
+            self.groups.append(Switch(name, tuple(n for g in comp for n in switch_nodes[g]),
+                                      members=tuple(member_names)))
+        self.tops = {s.name for s in self.groups}
 
-    # Upper levels: switches linked to the same group below are one switch.
-    for k in range(1, len(by_level)):
-        uf = _UnionFind(by_level[k])
+    def add_upper_level(self, fabric: Fabric, level: int, switches: list[str],
+                        level_of: dict[str, int]) -> None:
+        """An upper level: switches linked to the same group below are one switch."""
+        uf = _UnionFind(switches)
         children_of: dict[str, set[str]] = defaultdict(set)
         first_parent: dict[str, str] = {}
-        for guid in by_level[k]:
+        for guid in switches:
             for p in fabric.switches[guid].ports.values():
-                if level_of.get(p.guid) == k - 1:
-                    child = group_of[p.guid]
+                if level_of.get(p.guid) == level - 1:
+                    child = self.group_of[p.guid]
                     children_of[guid].add(child)
                     first = first_parent.setdefault(child, guid)
                     if first != guid:
                         uf.union(first, guid)
-        level_groups = [([names[g] for g in comp], comp) for comp in uf.groups()]
-        for member_names, comp in sorted(level_groups, key=lambda c: natural_key(
-                sorted(c[0], key=natural_key)[0])):
-            name = group_name(member_names, "group-")
+        level_groups = [([self.names[g] for g in comp], comp) for comp in uf.groups()]
+        for member_names, comp in _by_first_member(level_groups):
+            name = self.group_name(member_names, "group-")
             children = {c for g in comp for c in children_of[g]}
             for g in comp:
-                group_of[g] = name
-            groups.append(Switch(name, children=tuple(children), members=tuple(member_names)))
-            tops -= children
-            tops.add(name)
+                self.group_of[g] = name
+            self.groups.append(Switch(name, children=tuple(children),
+                                      members=tuple(member_names)))
+            self.tops -= children
+            self.tops.add(name)
 
-    # Inventory nodes the fabric does not show.
-    placed = {n for s in groups for n in s.nodes}
-    missing = sorted((n for n in set(nodes) if n not in placed), key=natural_key)
-    leaves = {s.name: s for s in groups if s.nodes}
-    kept: dict[str, list[str]] = defaultdict(list)
-    unplaced: list[str] = []
-    before = previous.leaf_of() if previous is not None else {}
-    for node in missing:
-        leaf = before.get(node)
-        if leaf in leaves:
-            kept[leaf].append(node)
-        else:
-            unplaced.append(node)
-    for leaf, kept_nodes in sorted(kept.items(), key=lambda item: natural_key(item[0])):
-        s = leaves[leaf]
-        groups[groups.index(s)] = Switch(s.name, s.nodes + tuple(kept_nodes), s.children,
-                                         s.members)
-        warnings.append(
-            f"{compact_hostlist(kept_nodes)} {plural(kept_nodes, 'is', 'are')} not in the fabric "
-            f"(no HCA description names {plural(kept_nodes, 'it', 'them')}); kept under "
-            f"{leaf}, where the current topology.conf places "
-            f"{plural(kept_nodes, 'it', 'them')}.")
-    if unplaced:
-        groups.append(Switch(UNPLACED, tuple(unplaced)))
-        tops.add(UNPLACED)
-        warnings.append(
-            f"{compact_hostlist(unplaced)} {plural(unplaced, 'is', 'are')} not in the fabric and "
-            f"not placed by the current topology.conf; put under the switch {UNPLACED} so "
-            f"Slurm still schedules {plural(unplaced, 'it', 'them')}: check "
-            f"{plural(unplaced, 'its', 'their')} InfiniBand cables and that rdma-ndd sets "
-            "the HCA node descriptions.")
-    if len(tops) > 1:
-        groups.append(Switch(ROOT, children=tuple(tops)))
+    def place_missing(self, nodes: Sequence[str], previous: Topology | None,
+                      warnings: list[str]) -> list[str]:
+        """Put the inventory nodes the fabric does not show where the current topology.conf
+        has them, or under the switch ``unplaced``; returns them."""
+        placed = {n for s in self.groups for n in s.nodes}
+        missing = sorted((n for n in set(nodes) if n not in placed), key=natural_key)
+        leaves = {s.name: s for s in self.groups if s.nodes}
+        kept: dict[str, list[str]] = defaultdict(list)
+        unplaced: list[str] = []
+        before = previous.leaf_of() if previous is not None else {}
+        for node in missing:
+            leaf = before.get(node)
+            if leaf in leaves:
+                kept[leaf].append(node)
+            else:
+                unplaced.append(node)
+        for leaf, kept_nodes in sorted(kept.items(), key=lambda item: natural_key(item[0])):
+            s = leaves[leaf]
+            self.groups[self.groups.index(s)] = Switch(s.name, s.nodes + tuple(kept_nodes),
+                                                       s.children, s.members)
+            warnings.append(
+                f"{compact_hostlist(kept_nodes)} {plural(kept_nodes, 'is', 'are')} not in the "
+                f"fabric (no HCA description names {plural(kept_nodes, 'it', 'them')}); kept "
+                f"under {leaf}, where the current topology.conf places "
+                f"{plural(kept_nodes, 'it', 'them')}.")
+        if unplaced:
+            self.groups.append(Switch(UNPLACED, tuple(unplaced)))
+            self.tops.add(UNPLACED)
+            warnings.append(
+                f"{compact_hostlist(unplaced)} {plural(unplaced, 'is', 'are')} not in the fabric "
+                f"and not placed by the current topology.conf; put under the switch {UNPLACED} "
+                f"so Slurm still schedules {plural(unplaced, 'it', 'them')}: check "
+                f"{plural(unplaced, 'its', 'their')} InfiniBand cables and that rdma-ndd sets "
+                "the HCA node descriptions.")
+        return missing
+
+
+def tree_from_fabric(fabric: Fabric, nodes: Sequence[str],
+                     previous: Topology | None = None) -> Discovery:
+    """A Slurm tree for ``nodes`` (the inventory's compute nodes) from a parsed fabric;
+    see the module documentation for the rules."""
+    if not nodes:
+        raise TopologyError("no compute nodes to place in a topology")
+    warnings: list[str] = []
+    names = _unique_switch_names(fabric, warnings)
+    links = _host_links(fabric, NodeMatcher(nodes))
+    level_of, by_level = _switch_levels(fabric, links)
+    grouping = _Grouping(names)
+    grouping.add_leaves(by_level[0] if by_level else [], links.switch_nodes)
+    for k in range(1, len(by_level)):
+        grouping.add_upper_level(fabric, k, by_level[k], level_of)
+    missing = grouping.place_missing(nodes, previous, warnings)
+    groups = grouping.groups
+    if len(grouping.tops) > 1:
+        groups.append(Switch(ROOT, children=tuple(grouping.tops)))
+    unmatched = sorted(links.unmatched, key=natural_key)
     if unmatched:
-        names_sorted = sorted(unmatched, key=natural_key)
-        warnings.append(f"{len(names_sorted)} host(s) in the fabric match no compute node "
-                        f"of the inventory and are left out: {', '.join(names_sorted)}.")
-    if unnamed:
-        warnings.append(f"{len(unnamed)} HCA(s) have no node description naming their host "
-                        "(rdma-ndd not running on them?) and are left out; see unnamed_hcas.")
-    return Discovery(make_topology(groups), tuple(sorted(unmatched, key=natural_key)),
-                     tuple(unnamed), tuple(missing), tuple(warnings))
+        warnings.append(f"{len(unmatched)} host(s) in the fabric match no compute node "
+                        f"of the inventory and are left out: {', '.join(unmatched)}.")
+    if links.unnamed:
+        warnings.append(f"{len(links.unnamed)} HCA(s) have no node description naming their "
+                        "host (rdma-ndd not running on them?) and are left out; see "
+                        "unnamed_hcas.")
+    return Discovery(make_topology(groups), tuple(unmatched), tuple(links.unnamed),
+                     tuple(missing), tuple(warnings))
 
 
 def discovered_topology(ibnetdiscover: str, compute_hosts: Sequence[str], previous: str,
