@@ -7,7 +7,8 @@ Slurm 24.11.5 (tests/fixtures/slurm/scontrol-show-node-24.11-cloud-states.txt); 
 applies the state transitions recorded there (tests/fixtures/slurm/transitions-24.11-*.txt):
 POWER_DOWN_FORCE on a non-DOWN node -> IDLE+CLOUD+POWERING_DOWN, then POWERED_DOWN after
 $FAKE_SUSPEND_S seconds; on a DOWN node -> DOWN+POWER_DOWN (stuck until RESUME); RESUME on DOWN
--> IDLE (the power down then proceeds). $FAKE_SCONTROL_SLEEP delays ``show hostnames``.
+-> IDLE (the power down then proceeds). $FAKE_SCONTROL_SLEEP delays ``show hostnames``;
+$FAKE_SCONTROL_WAIT_FOR holds it until that file exists (at most 120 s).
 $FAKE_SCONTROL_FAIL_UPDATE=1 makes ``update`` fail.
 """
 
@@ -45,6 +46,10 @@ def main() -> int:
     words = [a for a in args if a != "-o"]
     if words[:2] == ["show", "hostnames"]:
         time.sleep(float(os.environ.get("FAKE_SCONTROL_SLEEP", "0")))
+        gate = os.environ.get("FAKE_SCONTROL_WAIT_FOR")
+        deadline = time.monotonic() + 120
+        while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for name in hostlist.expand_hostlist(words[2]) if len(words) > 2 else []:
             print(name)
         return 0
