@@ -8,6 +8,7 @@ this only adds compact progress output and a result object the tests can read
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -37,7 +38,8 @@ class ConfigureResult:
     # once each, e.g. an artifact installed without a sha256.
     warnings: list[str] = field(default_factory=list)
     # Debug messages that start with NOTE: (a step skipped on purpose, said once), e.g. no
-    # HCA on the local nodes.
+    # HCA on the local nodes; the same note from several hosts, apart from the host's name,
+    # is said once with the hosts as a Slurm hostlist (fold_notes).
     notes: list[str] = field(default_factory=list)
     # Seconds each task took, the longest of its hosts (the benchmarks read it).
     task_seconds: dict[str, float] = field(default_factory=dict)
@@ -61,7 +63,8 @@ class _Progress:
         self.changed: list[tuple[str, str]] = []
         self.failures: list[str] = []
         self.warnings: list[str] = []
-        self.notes: list[str] = []
+        # (host, note) as the hosts said them; fold_notes says each once
+        self.host_notes: list[tuple[str, str]] = []
         self.diffs: list[tuple[str, str, str]] = []
         self.start = time.monotonic()
 
@@ -83,7 +86,7 @@ class _Progress:
                                               time.monotonic() - self.task_started[uuid])
             res = data.get("res") or {}
             if kind == "runner_on_ok":
-                self._warnings(res)
+                self._warnings(res, host)
             if kind == "runner_on_ok" and res.get("changed"):
                 self.changed.append((host, task))
                 items = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
@@ -103,7 +106,7 @@ class _Progress:
         return True
 
 
-    def _warnings(self, res: dict[str, Any]) -> None:
+    def _warnings(self, res: dict[str, Any], host: str) -> None:
         found: list[str] = []
         notes = []
         # A looped task's warnings, and a looped debug task's messages, are in its items'
@@ -119,7 +122,28 @@ class _Progress:
             if warning not in self.warnings:
                 self.warnings.append(warning)
                 self.out(f"WARNING: {warning}")
-        self.notes += [note for note in notes if note not in self.notes]
+        self.host_notes += [(host, note) for note in notes
+                            if (host, note) not in self.host_notes]
+
+
+_HOSTLIST_MARK = "\0hosts\0"
+
+
+def fold_notes(host_notes: list[tuple[str, str]]) -> list[str]:
+    """Each note once, in the order first said: notes that differ only by the name of the
+    host that said them are one, naming the hosts as a Slurm hostlist
+    (``gpu-[001-004]: nccl-tests is not built here: ...``)."""
+    import hostlist  # python-hostlist, as infra.inputs
+
+    hosts_of: dict[str, list[str]] = {}
+    for host, note in host_notes:
+        named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)") if host else None
+        template = named.sub(_HOSTLIST_MARK, note) if named else note
+        hosts = hosts_of.setdefault(template, [])
+        if host not in hosts:
+            hosts.append(host)
+    return [template.replace(_HOSTLIST_MARK, hostlist.collect_hostlist(hosts))
+            for template, hosts in hosts_of.items()]
 
 
 def _diff_list(diff: Any) -> list[dict[str, Any]]:
@@ -196,7 +220,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
         changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
-        warnings=progress.warnings, notes=progress.notes,
+        warnings=progress.warnings, notes=fold_notes(progress.host_notes),
         task_seconds=dict(progress.task_seconds),
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result
