@@ -111,7 +111,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
              verify: bool = True, verbose: bool = False) -> tuple[int, dict[str, float]]:
     """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
     time of each phase (bench/bench_up.py runs the same steps)."""
-    from infra.configure import print_summary, run_playbook
+    from infra.configure import heartbeat_for, print_summary, run_playbook
     from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
     from infra.state import (
@@ -143,7 +143,8 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
             started = cluster.prepare_elastic_nodes_for_configure()
             if started:
                 say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
-            result = run_playbook(inventory, out=say if verbose else (lambda _m: None))
+            result = run_playbook(inventory, out=say if verbose else None,
+                                  heartbeat=heartbeat_for(say))
             print_summary(result, out=say)
         rc = result.rc
         if rc == 0:
@@ -220,12 +221,13 @@ def parse_extra_vars(items: list[str]) -> dict[str, object]:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from infra.configure import print_summary, run_playbook
+    from infra.configure import heartbeat_for, print_summary, run_playbook
 
     extra_vars = parse_extra_vars(args.extra_vars)
     load_inventory(args.inventory, "--inventory")
     result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
-                          verbosity=args.verbose, extra_vars=extra_vars, out=say)
+                          verbosity=args.verbose, extra_vars=extra_vars, out=say,
+                          heartbeat=heartbeat_for(say))
     print_summary(result, out=say)
     return result.rc
 
@@ -250,11 +252,11 @@ def _inventory_with(path: Path, group: str) -> list[str]:
 def cmd_topology_discover(args: argparse.Namespace) -> int:
     """The slurm_topology role alone, on the controller: ibnetdiscover, then topology.conf
     (and an 'scontrol reconfigure' only when it changed)."""
-    from infra.configure import print_summary, run_playbook
+    from infra.configure import heartbeat_for, print_summary, run_playbook
 
     _inventory_with(args.inventory, "slurm_controller")
     result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
-                          check=args.check, out=say)
+                          check=args.check, out=say, heartbeat=heartbeat_for(say))
     print_summary(result, out=say)
     return result.rc
 

@@ -8,9 +8,11 @@ this only adds compact progress output and a result object the tests can read
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -20,6 +22,8 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE_DIR = REPO_ROOT / "ansible"
+# When stdout is not a terminal (a CI log), a progress line at least this often.
+HEARTBEAT_SECONDS = 15.0
 
 
 @dataclass
@@ -37,7 +41,8 @@ class ConfigureResult:
     # once each, e.g. an artifact installed without a sha256.
     warnings: list[str] = field(default_factory=list)
     # Debug messages that start with NOTE: (a step skipped on purpose, said once), e.g. no
-    # HCA on the local nodes.
+    # HCA on the local nodes; the same note from several hosts, apart from the host's name,
+    # is said once with the hosts as a Slurm hostlist (fold_notes).
     notes: list[str] = field(default_factory=list)
     # Seconds each task took, the longest of its hosts (the benchmarks read it).
     task_seconds: dict[str, float] = field(default_factory=dict)
@@ -61,7 +66,8 @@ class _Progress:
         self.changed: list[tuple[str, str]] = []
         self.failures: list[str] = []
         self.warnings: list[str] = []
-        self.notes: list[str] = []
+        # (host, note) as the hosts said them; fold_notes says each once
+        self.host_notes: list[tuple[str, str]] = []
         self.diffs: list[tuple[str, str, str]] = []
         self.start = time.monotonic()
 
@@ -83,7 +89,7 @@ class _Progress:
                                               time.monotonic() - self.task_started[uuid])
             res = data.get("res") or {}
             if kind == "runner_on_ok":
-                self._warnings(res)
+                self._warnings(res, host)
             if kind == "runner_on_ok" and res.get("changed"):
                 self.changed.append((host, task))
                 items = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
@@ -103,7 +109,7 @@ class _Progress:
         return True
 
 
-    def _warnings(self, res: dict[str, Any]) -> None:
+    def _warnings(self, res: dict[str, Any], host: str) -> None:
         found: list[str] = []
         notes = []
         # A looped task's warnings, and a looped debug task's messages, are in its items'
@@ -119,7 +125,97 @@ class _Progress:
             if warning not in self.warnings:
                 self.warnings.append(warning)
                 self.out(f"WARNING: {warning}")
-        self.notes += [note for note in notes if note not in self.notes]
+        self.host_notes += [(host, note) for note in notes
+                            if (host, note) not in self.host_notes]
+
+
+_HOSTLIST_MARK = "\0hosts\0"
+
+
+def fold_notes(host_notes: list[tuple[str, str]]) -> list[str]:
+    """Each note once, in the order first said: notes that differ only by the name of the
+    host that said them are one, naming the hosts as a Slurm hostlist
+    (``gpu-[001-004]: nccl-tests is not built here: ...``)."""
+    import hostlist  # python-hostlist, as infra.inputs
+
+    hosts_of: dict[str, list[str]] = {}
+    for host, note in host_notes:
+        named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)") if host else None
+        template = named.sub(_HOSTLIST_MARK, note) if named else note
+        hosts = hosts_of.setdefault(template, [])
+        if host not in hosts:
+            hosts.append(host)
+    return [template.replace(_HOSTLIST_MARK, hostlist.collect_hostlist(hosts))
+            for template, hosts in hosts_of.items()]
+
+
+class _Heartbeat:
+    """A one-line progress message whenever ``every`` seconds pass with nothing printed,
+    for a log that is not a terminal: ``... configure: 45 s, task 37: Install Slurm
+    (6 hosts)``, the hosts being those still running the task."""
+
+    def __init__(self, out: Callable[[str], None], every: float = HEARTBEAT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.out = out
+        self.every = every
+        self.clock = clock
+        self.start = self.last = clock()
+        self.lock = threading.Lock()
+        self.tasks = 0
+        self.task = ""
+        self.task_uuid = ""
+        self.running: set[str] = set()
+
+    def watch(self, out: Callable[[str], None]) -> Callable[[str], None]:
+        """``out``, each of whose lines counts as printed."""
+        def printed(line: str) -> None:
+            with self.lock:
+                out(line)
+                self.last = self.clock()
+        return printed
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        with self.lock:
+            if kind == "playbook_on_task_start":
+                self.tasks += 1
+                self.task = data.get("task") or data.get("name") or ""
+                self.task_uuid = data.get("task_uuid") or data.get("uuid") or ""
+                self.running = set()
+            elif data.get("task_uuid") == self.task_uuid and data.get("host"):
+                if kind == "runner_on_start":
+                    self.running.add(data["host"])
+                elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                              "runner_on_skipped"):
+                    self.running.discard(data["host"])
+
+    def beat(self) -> None:
+        """Print the progress line if ``every`` seconds passed with nothing printed."""
+        with self.lock:
+            now = self.clock()
+            if now - self.last < self.every:
+                return
+            self.last = now
+            elapsed = f"... configure: {now - self.start:.0f} s"
+            if not self.tasks:
+                self.out(f"{elapsed}, starting ansible-playbook")
+                return
+            hosts = len(self.running)
+            on = f" ({hosts} host{'' if hosts == 1 else 's'})" if hosts else ""
+            self.out(f"{elapsed}, task {self.tasks}: {self.task}{on}")
+
+    def run(self, stop: threading.Event, poll: float) -> None:
+        while not stop.wait(poll):
+            self.beat()
+
+
+def heartbeat_for(out: Callable[[str], None], stream: Any = None) -> Callable[[str], None] | None:
+    """Where configure's progress lines go: ``out`` when ``stream`` (stdout) is not a
+    terminal, else nowhere (a terminal shows what it shows today)."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return None if isatty is not None and isatty() else out
 
 
 def _diff_list(diff: Any) -> list[dict[str, Any]]:
@@ -139,11 +235,16 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  tags: str | None = None, check: bool = False, diff: bool = False,
                  verbosity: int = 0,
                  extra_vars: dict[str, Any] | None = None, strategy: str | None = None,
-                 out: Callable[[str], None] = print) -> ConfigureResult:
+                 out: Callable[[str], None] | None = print,
+                 heartbeat: Callable[[str], None] | None = None,
+                 heartbeat_every: float = HEARTBEAT_SECONDS) -> ConfigureResult:
     """Run the site playbook against ``inventory``; never raises for a failed play.
 
     ``strategy="mitogen_linear"`` runs it with Mitogen's strategy (the ``mitogen``
-    package must be installed); the default is Ansible's own ``linear``.
+    package must be installed); the default is Ansible's own ``linear``. ``out`` gets a
+    line per changed task and per problem (None: no line). With ``heartbeat``, it gets a
+    progress line whenever ``heartbeat_every`` seconds pass with no line printed there or
+    on ``out`` (see :func:`heartbeat_for`).
     """
     import ansible_runner  # imported here: it is slow to import and only needed here
 
@@ -151,7 +252,20 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     venv_on_path()
     if not inventory.exists():
         raise FileNotFoundError(f"inventory {inventory} does not exist")
-    progress = _Progress(out)
+    beats = _Heartbeat(heartbeat, heartbeat_every) if heartbeat else None
+    lines = out or (lambda _line: None)
+    progress = _Progress(beats.watch(lines) if beats and out else lines)
+
+    def on_event(event: dict[str, Any]) -> bool:
+        if beats:
+            beats.event(event)
+        return progress(event)
+
+    stop = threading.Event()
+    beating = threading.Thread(target=beats.run, args=(stop, min(1.0, heartbeat_every / 4)),
+                               name="configure-heartbeat", daemon=True) if beats else None
+    if beating:
+        beating.start()
     cmdline = []
     if check:
         cmdline.append("--check")
@@ -180,7 +294,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
             extravars=extra_vars or {},
             verbosity=verbosity,
             envvars=envvars,
-            event_handler=progress,
+            event_handler=on_event,
             quiet=True,
             suppress_env_files=True,
         )
@@ -191,12 +305,15 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
             tail = runner.stdout.read()[-3000:] if runner.stdout else ""
             progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
     finally:
+        stop.set()
+        if beating:
+            beating.join()
         shutil.rmtree(private, ignore_errors=True)
     result = ConfigureResult(
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
         changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
-        warnings=progress.warnings, notes=progress.notes,
+        warnings=progress.warnings, notes=fold_notes(progress.host_notes),
         task_seconds=dict(progress.task_seconds),
         slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
     return result

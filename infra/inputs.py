@@ -116,12 +116,40 @@ def read_text_argument(path: Path, argument: str, what: str, *,
         raise InputError(argument, f"{exc}; give {what}", path) from None
 
 
+# A construct PyYAML names in a syntax error's context ('while parsing a flow sequence'):
+# how it is said, whether it is closed by a character (else it ends with its indentation)
+# and what to do.
+_YAML_CONSTRUCTS = {
+    "flow sequence": ("the sequence '['", True, "fix the brackets"),
+    "flow mapping": ("the mapping '{'", True, "fix the braces"),
+    "quoted scalar": ("the quoted string", True, "close the quotes"),
+    "block mapping": ("the mapping", False, "fix the indentation"),
+    "block collection": ("the list", False, "fix the indentation"),
+}
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """How a YAML syntax error is said: where the construct it broke opened, when PyYAML
+    says (its ``context_mark``), and where it broke (``problem_mark``)."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
-    if mark is not None and problem:
-        return f"not valid YAML (line {mark.line + 1}, column {mark.column + 1}: {problem})"
-    return "not valid YAML (" + " ".join(str(exc).split()) + ")"
+    if mark is None or not problem:
+        return "not valid YAML (" + " ".join(str(exc).split()) + ")"
+    broke = f"line {mark.line + 1} (column {mark.column + 1})"
+    opened = getattr(exc, "context_mark", None)
+    context = str(getattr(exc, "context", None) or "")
+    for verb in ("while parsing a ", "while scanning a ", "while scanning an "):
+        if opened is not None and context.startswith(verb):
+            construct = context[len(verb):]
+            said, closed, todo = _YAML_CONSTRUCTS.get(construct, (f"the {construct}", False,
+                                                                   ""))
+            start = f"line {opened.line + 1} (column {opened.column + 1})"
+            what = (f"{said} opened on {start} is not closed where {broke} breaks it"
+                    if closed else f"{said} that starts on {start} breaks on {broke}")
+            return f"not valid YAML: {what} ({problem})" + (f": {todo}" if todo else "")
+    hint = ("; a key indented deeper than the one above it, or a value with ': ' in it "
+            "that needs quotes" if problem == "mapping values are not allowed here" else "")
+    return f"not valid YAML (line {mark.line + 1}, column {mark.column + 1}: {problem}{hint})"
 
 
 def parse_yaml_text(text: str, argument: str, what: str, value: str | Path | None = None

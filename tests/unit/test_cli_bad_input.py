@@ -122,7 +122,8 @@ STACK_KINDS = {
     "empty": "the file has no metalslurm: config",
     "directory": "is a directory",
     "missing": "file not found",
-    "not-yaml": "not valid YAML (line 2, column 1",
+    "not-yaml": "not valid YAML: the sequence '[' opened on line 1 (column 9) is not closed "
+                "where line 2 (column 1) breaks it",
     "yaml-list": "the file is a list in YAML",
     "config-list": "'config:' is a list",
     "config-problem": "metalslurm:computePools[0].count: must be at least 0",
@@ -195,7 +196,8 @@ def test_inventory_commands_refuse_a_bad_inventory(refuse, inputs, command, kind
 @pytest.mark.parametrize(("item", "problem"), [
     ("novalue", "-e 'novalue': write KEY=VALUE"),
     ("=1", "-e '=1': write KEY=VALUE"),
-    ("a=[1", "-e 'a=[1': not valid YAML (line 1, column 3"),
+    ("a=[1", "-e 'a=[1': not valid YAML: the sequence '[' opened on line 1 (column 1) is not "
+     "closed where line 1 (column 3) breaks it"),
     ("a-b=1", "-e 'a-b=1': 'a-b' is not an Ansible variable name"),
 ])
 def test_configure_refuses_a_bad_extra_var(refuse, item, problem):

@@ -12,6 +12,7 @@ from infra.inputs import (
     parse_hostlist,
     parse_key_value,
     parse_number,
+    parse_yaml_text,
     read_text_argument,
     text_file_problem,
 )
@@ -90,8 +91,9 @@ def test_text_file_problem_names_the_file(files):
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ("a: [1, 2\n", "not valid YAML (line 2, column 1: expected ',' or ']', but got "
-     "'<stream end>')"),
+    ("a: [1, 2\n", "not valid YAML: the sequence '[' opened on line 1 (column 4) is not "
+     "closed where line 2 (column 1) breaks it (expected ',' or ']', but got '<stream end>'): "
+     "fix the brackets"),
     ("- a\n- b\n", "is a list in YAML, not a mapping"),
     ("just words\n", "is a string in YAML, not a mapping"),
     ("42\n", "is a number in YAML, not a mapping"),
@@ -104,6 +106,41 @@ def test_yaml_that_is_not_a_mapping(tmp_path, text, problem):
     with pytest.raises(InputError) as err:
         load_yaml_mapping(path, "--prices", WHAT)
     assert str(err.value) == f"--prices {path}: {problem}; give {WHAT}"
+
+
+STACK_HEAD = "config:\n" + "".join(f"  metalslurm:key{i}: {i}\n" for i in range(19))
+
+
+@pytest.mark.parametrize(("tail", "problem"), [
+    # line 22 opens a flow sequence, line 23 breaks it; line 22 is indented by one space
+    ("  metalslurm:computePools:\n    - {name: gpu, count: 4, gpus: [h100, h100\n"
+     "  metalslurm:os: debian13\n",
+     "the sequence '[' opened on line 22 (column 35) is not closed where line 23 (column 16) "
+     "breaks it (expected ',' or ']', but got ':'): fix the brackets"),
+    ("  metalslurm:cluster: lab\n metalslurm:os: debian13\n",
+     "the mapping that starts on line 1 (column 1) breaks on line 22 (column 2) (expected "
+     "<block end>, but found '<block mapping start>'): fix the indentation"),
+    ("  metalslurm:cluster: lab\n  metalslurm:os: 'debian13\n",
+     "the quoted string opened on line 22 (column 18) is not closed where line 23 (column 1) "
+     "breaks it (found unexpected end of stream): close the quotes"),
+])
+def test_a_yaml_syntax_error_names_where_the_construct_opened_and_where_it_broke(
+        tmp_path, tail, problem):
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(STACK_HEAD + tail)
+    with pytest.raises(InputError) as err:
+        load_yaml_mapping(path, "--stack", WHAT)
+    assert str(err.value) == f"--stack {path}: not valid YAML: {problem}; give {WHAT}"
+    assert "\n" not in str(err.value)
+
+
+def test_a_key_indented_too_deep_is_named_with_its_line():
+    with pytest.raises(InputError) as err:
+        parse_yaml_text("config:\n  a: 1\n    b: 2\n", "-e", "YAML")
+    assert str(err.value) == (
+        "-e: not valid YAML (line 3, column 6: mapping values are not allowed here; a key "
+        "indented deeper than the one above it, or a value with ': ' in it that needs quotes); "
+        "give YAML")
 
 
 @pytest.mark.parametrize(("expression", "problem"), [
