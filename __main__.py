@@ -8,6 +8,6 @@ inventory, the controller and bastion addresses and an SSH hint; with
 ``metalslurm:configure: true`` it also runs ansible/site.yml on that inventory.
 """
 
-from infra.pulumi_program import main
+from infra.pulumi.program import main
 
 main()

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from infra.config import load_stack_file
 from infra.providers.local import container_name
+from infra.stack.config import load_stack_file
 from tests import accept_standins
 
 REPO = Path(__file__).resolve().parents[1]

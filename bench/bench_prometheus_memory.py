@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from infra.config import load_stack_file
-from infra.state import StateDir
+from infra.stack.config import load_stack_file
+from infra.stack.state import StateDir
 
 REPO = Path(__file__).resolve().parents[1]
 QUERIES = {

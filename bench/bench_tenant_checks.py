@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.05

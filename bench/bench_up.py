@@ -36,10 +36,10 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
     LOCAL_OS_IDS,
 )
 
-from infra.cli import local_up
-from infra.config import load_stack_file
+from infra.ops.local import local_up
 from infra.providers.local import LocalCluster, LocalPlan
-from infra.state import StateDir
+from infra.stack.config import load_stack_file
+from infra.stack.state import StateDir
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_NAME = "ms-bench"

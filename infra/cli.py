@@ -6,7 +6,7 @@ pytest); the CLI adds progress output and timings, never hidden behaviour.
 Bad input (a file that cannot be read as what it should be, a malformed hostlist, time,
 price or KEY=VALUE) is refused before a command does anything, with one line on stderr
 naming the argument and exit status 2: every command reads its inputs through
-:mod:`infra.inputs`, whose :class:`~infra.inputs.InputError` :func:`main` catches. Any
+:mod:`infra.stack.inputs`, whose :class:`~infra.stack.inputs.InputError` :func:`main` catches. Any
 other exception is a bug and keeps its traceback.
 """
 
@@ -16,194 +16,42 @@ import argparse
 import contextlib
 import os
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-from infra.config import ClusterConfig, ConfigError, load_stack_file
-from infra.inputs import (
+from infra.ops import local
+from infra.ops.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
+from infra.ops.output import error, say
+from infra.stack.config import load_stack_file
+from infra.stack.inputs import (
     InputError,
     parse_hostlist,
     parse_key_value,
     parse_yaml_text,
     read_text_argument,
 )
-from infra.inventory import InventoryError
-from infra.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
-from infra.state import StateDir
-
-if TYPE_CHECKING:
-    from infra.providers.local import LocalCluster
+from infra.stack.inventory import InventoryError
 
 DEFAULT_STACK = Path("Pulumi.local.yaml")
 EXIT_INPUT = 2  # bad input, refused before anything was done
 EXIT_FAILED = 1  # a provider, podman or image step failed, with a message saying why
 
 
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
-def error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-
-
-@contextmanager
-def phase(name: str, timings: dict[str, float]) -> Iterator[None]:
-    say(f"==> {name}")
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        timings[name] = time.monotonic() - start
-        say(f"<== {name}: {timings[name]:.1f} s")
-
-
-def stack_name(stack_file: Path) -> str:
-    """``Pulumi.local.yaml`` -> ``local`` (Pulumi's own naming)."""
-    name = stack_file.name
-    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
-        return name[len("Pulumi."):].rsplit(".", 1)[0]
-    return stack_file.stem
-
-
-def state_dir_for(stack_file: Path) -> Path:
-    return Path(".metalslurm") / stack_name(stack_file)
-
-
-def _local_stack(stack_file: Path, needs: str, check_artifacts: bool = False) -> ClusterConfig:
-    """The parsed config of a stack file given with --stack for a local cluster; ``needs``
-    says why another provider's will not do. ``check_artifacts``: see
-    :func:`infra.config.parse_config`."""
-    cfg = load_stack_file(stack_file, "--stack", check_artifacts=check_artifacts)
-    if cfg.provider != "local":
-        raise ConfigError([f"metalslurm:provider is {cfg.provider!r}: {needs}"], "--stack",
-                          str(stack_file))
-    return cfg
-
-
-def _local_cluster(stack_file: Path,
-                   check_artifacts: bool = False) -> tuple[ClusterConfig, LocalCluster]:
-    """The stack's parsed config and its local cluster (a config error stops here, before
-    podman is touched). ``check_artifacts``: 'up' also checks the container artifacts
-    kept on this machine; down, status and exec do not need them."""
-    from infra.providers.local import LocalCluster, LocalPlan
-
-    cfg = _local_stack(stack_file, "'metalslurm local' needs provider: local", check_artifacts)
-    return cfg, LocalCluster(plan=LocalPlan.from_config(cfg),
-                             state=StateDir(state_dir_for(stack_file)), log=say)
-
-
-def storage_summary(cfg: ClusterConfig, cluster: LocalCluster) -> str:
-    mode = cluster.plan.shared_storage
-    paths = ", ".join(cluster.plan.shared_paths)
-    if mode == "nfs":
-        return f"nfs from node {cfg.storage.server} ({paths})"
-    if mode == "host-bind":
-        return (f"host-bind: this kernel has no NFS, so {paths} are host directories under "
-                f"{cluster.state.shared} bind-mounted into every node")
-    return "none"
-
-
-def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = True,
-             verify: bool = True, verbose: bool = False) -> tuple[int, dict[str, float]]:
-    """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
-    time of each phase (bench/bench_up.py runs the same steps)."""
-    from infra.configure import heartbeat_for, print_summary, run_playbook
-    from infra.providers.images import ensure_image
-    from infra.providers.local import write_local_inventory
-    from infra.state import (
-        ensure_cluster_secrets,
-        write_alert_secrets_file,
-        write_credentials_file,
-    )
-    from infra.verify import run_verify
-
-    cluster.preflight()
-    timings: dict[str, float] = {}
-    with phase("image", timings):
-        image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
-    with phase("nodes", timings):
-        cluster.provision(image)
-        secret_files = ensure_cluster_secrets(cluster.state)
-        if cfg.containers.enabled and cfg.containers.credentials_file:
-            secret_files |= write_credentials_file(cluster.state, cfg.containers.credentials_file)
-        if cfg.monitoring.enabled and cfg.monitoring.secrets_file:
-            secret_files |= write_alert_secrets_file(cluster.state, cfg.monitoring.secrets_file)
-        inventory = write_local_inventory(cfg, cluster, secret_files)
-        for row in cluster.status():
-            say(f"    {row['node']:<12} {row['address']:<15} {row['gpus']:<9} {row['state']}")
-        say(f"    shared storage: {storage_summary(cfg, cluster)}")
-        say(f"    inventory: {inventory}")
-    rc = 0
-    if configure:
-        with phase("configure", timings):
-            started = cluster.prepare_elastic_nodes_for_configure()
-            if started:
-                say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
-            result = run_playbook(inventory, out=say if verbose else None,
-                                  heartbeat=heartbeat_for(say))
-            print_summary(result, out=say)
-        rc = result.rc
-        if rc == 0:
-            cluster.mark_elastic_nodes_configured()
-            stopped = cluster.power_down_idle_elastic_nodes()
-            if stopped:
-                say(f"    elastic nodes powered down until Slurm needs them: {', '.join(stopped)}")
-        if rc == 0 and verify:
-            with phase("verify", timings):
-                rc = run_verify(inventory, out=say)
-    return rc, timings
-
-
 def cmd_local_up(args: argparse.Namespace) -> int:
-    cfg, cluster = _local_cluster(args.stack, check_artifacts=True)  # errors stop here
-    rc, timings = local_up(cfg, cluster, configure=not args.no_configure,
-                           verify=not args.no_verify, verbose=args.verbose)
-    total = sum(timings.values())
-    say("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-        + f", total {total:.1f} s")
-    if rc != 0:
-        say("local up did not complete; fix the problem above and run it again "
-            "(every step is safe to repeat)")
-    return rc
+    return local.up(args.stack, configure=not args.no_configure, verify=not args.no_verify,
+                    verbose=args.verbose)
 
 
 def cmd_local_down(args: argparse.Namespace) -> int:
-    cfg, cluster = _local_cluster(args.stack)
-    removed = cluster.destroy()
-    say(f"removed {removed} node container(s) of cluster {cfg.cluster_name}")
-    return 0
+    return local.down(args.stack)
 
 
 def cmd_local_status(args: argparse.Namespace) -> int:
-    _cfg, cluster = _local_cluster(args.stack)
-    rows = cluster.status()
-    say(f"{'node':<12} {'groups':<26} {'address':<15} {'gpus':<9} {'container':<28} state")
-    for r in rows:
-        say(f"{r['node']:<12} {r['groups']:<26} {r['address']:<15} {r['gpus']:<9} "
-            f"{r['container']:<28} {r['state']}")
-    return 0 if all(r["state"] in ("running", "powered-down") for r in rows) else 1
+    return local.status(args.stack)
 
 
 def cmd_local_exec(args: argparse.Namespace) -> int:
-    """``exec NODE -- COMMAND``, or ``exec -- COMMAND`` on the submit host (the first
-    login node, else the controller)."""
-    words = list(args.words)
-    node = None if words[:1] == ["--"] else (words.pop(0) if words else None)
-    command = words[1:] if words[:1] == ["--"] else words
-    if not command:
-        raise InputError("COMMAND", "is missing; write: metalslurm local exec [NODE] -- "
-                         "COMMAND [ARGS...] (no NODE: the login node, else the controller)")
-    cfg, cluster = _local_cluster(args.stack)
-    args.node = cfg.submit_host if node is None else node
-    nodes = [spec.name for spec in cluster.specs()]
-    if args.node not in nodes:
-        raise InputError("NODE", f"is not a node of cluster {cfg.cluster_name} (--stack "
-                         f"{args.stack}); give one of: {', '.join(nodes)}", repr(args.node))
-    return cluster.exec(args.node, command, interactive=sys.stdin.isatty())
+    return local.exec_words(args.stack, list(args.words), interactive=sys.stdin.isatty())
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, object]:
@@ -221,7 +69,7 @@ def parse_extra_vars(items: list[str]) -> dict[str, object]:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from infra.configure import heartbeat_for, print_summary, run_playbook
+    from infra.ops.configure import heartbeat_for, print_summary, run_playbook
 
     extra_vars = parse_extra_vars(args.extra_vars)
     load_inventory(args.inventory, "--inventory")
@@ -233,7 +81,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from infra.verify import run_verify
+    from infra.ops.verify import run_verify
 
     load_inventory(args.inventory, "--inventory")
     return run_verify(args.inventory, out=say)
@@ -252,7 +100,7 @@ def _inventory_with(path: Path, group: str) -> list[str]:
 def cmd_topology_discover(args: argparse.Namespace) -> int:
     """The slurm_topology role alone, on the controller: ibnetdiscover, then topology.conf
     (and an 'scontrol reconfigure' only when it changed)."""
-    from infra.configure import heartbeat_for, print_summary, run_playbook
+    from infra.ops.configure import heartbeat_for, print_summary, run_playbook
 
     _inventory_with(args.inventory, "slurm_controller")
     result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
@@ -319,7 +167,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
     """Download the pinned wheels the nodes install offline (the e2e tests' own download)."""
-    from infra import wheelhouse
+    from infra.ops import wheelhouse
 
     args.requirements = args.requirements or wheelhouse.DEFAULT_REQUIREMENTS
     wheelhouse.check_inputs(args.requirements, args.dest)
@@ -340,7 +188,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
 def cmd_report_usage(args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    from infra import report
+    from infra.ops import report
 
     now = datetime.now()
     start, end = report.default_window(now)
@@ -366,7 +214,7 @@ def cmd_report_usage(args: argparse.Namespace) -> int:
     elif args.stack:
         from infra.providers.local import container_name
 
-        cfg = _local_stack(args.stack, "--stack runs sacct on a local cluster's controller "
+        cfg = local.local_stack(args.stack, "--stack runs sacct on a local cluster's controller "
                            "(provider: local); for another cluster give -i INVENTORY")
         text = report.fetch_podman(command, container_name(cfg.cluster_name,
                                                            cfg.controller_name))
@@ -385,7 +233,7 @@ def _accept_setup(args: argparse.Namespace):
     controller; every input checked first (nothing runs on a node before)."""
     from infra.accept.gate import gate_nodes
     from infra.accept.remote import Remote
-    from infra.accept.settings import settings_from_inventory
+    from infra.stack.accept import settings_from_inventory
 
     document = load_inventory(args.inventory, "--inventory")
     controller = _inventory_with(args.inventory, "slurm_controller")[0]

@@ -1,1 +1,1 @@
-"""Providers: each turns a stack config into machines and a list of node specs."""
+"""Plain-Python provider machinery (no Pulumi): podman, images, the local cluster, host CAs."""

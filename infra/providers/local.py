@@ -9,7 +9,7 @@ The stack config is parsed once into a :class:`LocalPlan` (names, addresses, sha
 storage, image); ``metalslurm local up`` and the Pulumi ``local`` stack's steps
 (:mod:`infra.providers.local_resources`, which receive the plan as JSON) drive the same
 :class:`LocalCluster` methods with it: one implementation, two drivers. Files go to the
-stack's state directory through :class:`infra.state.StateDir`.
+stack's state directory through :class:`infra.stack.state.StateDir`.
 """
 
 from __future__ import annotations
@@ -31,14 +31,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infra.config import ClusterConfig
-from infra.inventory import (
-    NodeSpec,
-    build_inventory,
-    cluster_vars,
-    login_specs,
-    with_switches,
-)
 from infra.providers.host_ca import (
     NODE_HOST_CA_DIR,
     host_bundles,
@@ -54,7 +46,15 @@ from infra.providers.podman import (
     podman_path,
     remove_containers,
 )
-from infra.state import StateDir
+from infra.stack.config import ClusterConfig
+from infra.stack.inventory import (
+    NodeSpec,
+    build_inventory,
+    cluster_vars,
+    login_specs,
+    with_switches,
+)
+from infra.stack.state import StateDir
 
 SLURM_GID = 64030  # the slurm group on every node (roles/common)
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards

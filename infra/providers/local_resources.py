@@ -31,7 +31,7 @@ from infra.providers.local import (
     spec_from_json,
 )
 from infra.providers.podman import PodmanError, remove_containers
-from infra.state import StateDir
+from infra.stack.state import StateDir
 
 
 def _log(message: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.wheelhouse import fill_wheelhouse
+from infra.ops.wheelhouse import fill_wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = Path(__file__).resolve().parent / "stacks"

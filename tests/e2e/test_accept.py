@@ -24,8 +24,8 @@ import subprocess
 import pytest
 import yaml
 
-from infra.configure import run_playbook
-from infra.verify import run_verify
+from infra.ops.configure import run_playbook
+from infra.ops.verify import run_verify
 from tests import accept_standins
 from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 

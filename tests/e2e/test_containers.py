@@ -13,7 +13,7 @@ import pytest
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.containers import ARTIFACT_NAMES
 
-from infra.configure import ConfigureResult, run_playbook
+from infra.ops.configure import ConfigureResult, run_playbook
 from tests.e2e.conftest import (
     BUILD_IMAGE,
     E2E_REGISTRY,

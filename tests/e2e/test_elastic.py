@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from tests.e2e.conftest import POWER_DOWN_WITHIN, wait_for
 
 ELASTIC = ["gpu-003", "gpu-004"]

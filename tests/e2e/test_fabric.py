@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from tests.e2e.conftest import metalslurm
 
 CONSOLE = "/run/metalslurm-ibsim/console"

@@ -32,7 +32,7 @@ import time
 import pytest
 import yaml
 
-from infra.configure import ConfigureResult, run_playbook
+from infra.ops.configure import ConfigureResult, run_playbook
 from tests.e2e import nvidia_standins
 from tests.e2e.conftest import JOB_TIMEOUT, REPO, wait_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from infra.providers.host_ca import (
     NODE_HOST_CA_DIR,
     certificates,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from tests.e2e.conftest import (
     BUILD_IMAGE,
     IMAGE,

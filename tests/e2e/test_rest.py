@@ -19,7 +19,7 @@ import jwt
 import pytest
 import requests
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from tests.e2e.conftest import wait_for
 from tests.paths import REPO, load_module
 

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 import yaml
 
-from infra.configure import run_playbook
+from infra.ops.configure import run_playbook
 from tests.e2e.conftest import BUILD_IMAGE, IMAGE, MARKER, user_key, vendor_dir, wait_for
 
 LOGIN_ADDRESS = "10.78.13.253"

@@ -20,9 +20,9 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, health
 
-from infra.config import load_stack_file
-from infra.gpu_config import GpuSettings
-from infra.inventory import cluster_vars
+from infra.stack.config import load_stack_file
+from infra.stack.gpu import GpuSettings
+from infra.stack.inventory import cluster_vars
 from tests.paths import REPO, ROLES
 
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir()

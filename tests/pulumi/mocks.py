@@ -71,7 +71,7 @@ def _encode(value: Any) -> str:
 
 def run_program(config: dict[str, Any], secrets: dict[str, Any] | None = None) -> Run:
     """Run __main__'s program with this stack config (``metalslurm:*`` keys)."""
-    from infra import pulumi_program
+    from infra.pulumi import program as pulumi_program
 
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=STACK, preview=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError
+from infra.stack.config import ConfigError
 from tests.pulumi.mocks import RecordingMocks, run_program
 from tests.pulumi.test_program import example
 

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import yaml
 
-from infra.providers.byo import host_check_script
-from infra.pulumi_configure import OperatorFilesError, write_operator_files
-from infra.state import StateDir
+from infra.pulumi.byo import host_check_script
+from infra.pulumi.configure import OperatorFilesError, write_operator_files
+from infra.stack.state import StateDir
 
 
 def test_secret_files_are_0600_and_inventory_holds_none(tmp_path):

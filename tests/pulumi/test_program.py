@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.inventory import inventory_problems, inventory_view
+from infra.stack.inventory import inventory_problems, inventory_view
 from tests.pulumi.mocks import Run, is_secret_value, run_program, unsecret
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_the_operator_files_command_gets_secrets_only_by_environment(run):
     provider, r = run
     cmd = next(x for x in r.mocks.resources if x.name.endswith(("-configure", "-operator-files")))
     assert cmd.name.endswith("-configure"), f"{cmd.urn}: configure: true in the example"
-    assert "infra.pulumi_configure" in cmd.inputs["create"], cmd.urn
+    assert "infra.pulumi.configure" in cmd.inputs["create"], cmd.urn
     assert "--playbook" in cmd.inputs["create"], cmd.urn
     assert is_secret_value(cmd.inputs["environment"]), f"{cmd.urn}: environment is not secret"
     env = unsecret(cmd.inputs["environment"])

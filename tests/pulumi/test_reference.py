@@ -1,4 +1,4 @@
-"""One source for every stack key and default: infra/config.py's STACK_KEYS.
+"""One source for every stack key and default: infra/stack/config.py's STACK_KEYS.
 
 ``Pulumi.yaml`` declares the keys Pulumi can type with the parser's defaults, Pulumi's
 project schema accepts the file, the reference table in docs/config.md names every key (with
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import DEFAULTS, STACK_KEYS, TOP_KEYS, parse_config
-from infra.schema import NAMESPACE
+from infra.stack.config import DEFAULTS, STACK_KEYS, TOP_KEYS, parse_config
+from infra.stack.schema import NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
 # The rules of Pulumi's project file schema for config declarations

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from infra.accept.settings import settings_from_inventory
 from infra.cli import main
-from infra.inputs import InputError
+from infra.stack.accept import settings_from_inventory
+from infra.stack.inputs import InputError
 from tests.paths import REPO
 
 SHARED = ["/home", "/shared"]
@@ -105,7 +105,7 @@ def test_an_inventory_without_compute_nodes_is_refused(tmp_path, capsys):
 # ---- the stack's metalslurm:accept: the same checks, the stack's spelling ---------------------
 
 def stack(accept, storage=None):
-    from infra.config import parse_config
+    from infra.stack.config import parse_config
 
     raw = yaml.safe_load((REPO / "Pulumi.example-local.yaml").read_text())["config"]
     raw["metalslurm:accept"] = accept
@@ -115,7 +115,7 @@ def stack(accept, storage=None):
 
 
 def test_the_stack_key_becomes_the_inventorys_and_the_gate_reads_it():
-    from infra.inventory import cluster_vars
+    from infra.stack.inventory import cluster_vars
 
     cfg = stack({"gate": True, "level": "full", "fleetFraction": 0.05, "hcaType": "ndr",
                  "timeouts": {"ibWriteBw": 30},
@@ -130,7 +130,7 @@ def test_the_stack_key_becomes_the_inventorys_and_the_gate_reads_it():
 
 
 def test_another_nccl_tests_source_reaches_the_role_as_given():
-    from infra.inventory import cluster_vars
+    from infra.stack.inventory import cluster_vars
 
     source = {"url": "https://mirror.example.org/nccl-tests-2.16.9.tar.gz", "sha256": "c" * 64}
     assert cluster_vars(stack({"ncclTests": source}), [])["metalslurm_accept"] == {
@@ -138,7 +138,7 @@ def test_another_nccl_tests_source_reaches_the_role_as_given():
 
 
 def test_without_the_key_the_gate_is_off():
-    from infra.inventory import cluster_vars
+    from infra.stack.inventory import cluster_vars
 
     assert cluster_vars(stack(None), [])["metalslurm_accept"] == {"gate": False}
 
@@ -169,7 +169,7 @@ def test_without_the_key_the_gate_is_off():
      "metalslurm:accept.ncclTests.sha256: is '" + "A" * 64 + "'; give the archive's sha256"),
 ])
 def test_bad_stack_settings_are_refused_naming_the_stack_key(accept, said):
-    from infra.config import ConfigError
+    from infra.stack.config import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         stack(accept)
@@ -178,7 +178,7 @@ def test_bad_stack_settings_are_refused_naming_the_stack_key(accept, said):
 
 def test_the_gate_needs_no_shared_storage():
     """Its scripts, results and history are on the controller's and the nodes' own disks."""
-    from infra.inventory import cluster_vars
+    from infra.stack.inventory import cluster_vars
 
     cfg = stack({"gate": True}, storage={"backend": "none"})
     assert cluster_vars(cfg, [])["metalslurm_accept"] == {"gate": True}

@@ -4,8 +4,8 @@ at configure time, so a bad limit stops before any machine exists."""
 import pytest
 import slurm_accounting_plan as planner
 
-from infra import accounting_config
-from infra.config import ConfigError, parse_config
+from infra.stack import accounting as accounting_config
+from infra.stack.config import ConfigError, parse_config
 
 
 def test_tres_names_and_preempt_modes_are_the_modules():

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bench import bench_configure_scale as bench
-from infra.config import load_stack_file
+from infra.stack.config import load_stack_file
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "tests/fixtures/ansible/site-cold-profile-recap.txt"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import cli
 from infra.cli import main
+from infra.ops import local as local_ops
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_STACKS = [REPO / "Pulumi.local.yaml", *sorted((REPO / "tests/e2e/stacks").glob("*.yaml"))]
@@ -64,7 +64,7 @@ def test_local_up_refuses_a_missing_mirror_before_building_anything(clone_withou
 
 def test_local_down_status_and_exec_do_not_need_the_artifacts(clone_without_mirror):
     """A cluster whose mirror went away can still be listed, reached and removed."""
-    cfg, _cluster = cli._local_cluster(clone_without_mirror)
+    cfg, _cluster = local_ops.local_cluster(clone_without_mirror)
     assert cfg.containers.mirror.endswith("/shared/vendor")
 
 

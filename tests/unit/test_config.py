@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from infra.config import ConfigError, load_stack_file, parse_config
+from infra.stack.config import ConfigError, load_stack_file, parse_config
 
 
 def node_names(cfg):

@@ -1,4 +1,4 @@
-"""What configure prints (infra/configure.py), with ansible-runner replaced by a fake that
+"""What configure prints (infra/ops/configure.py), with ansible-runner replaced by a fake that
 hands run_playbook a list of events: each NOTE once with its hosts as a hostlist, and a
 progress line when nothing was printed for 15 s (stdout not a terminal)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.configure import _Heartbeat, fold_notes, heartbeat_for, print_summary, run_playbook
+from infra.ops.configure import _Heartbeat, fold_notes, heartbeat_for, print_summary, run_playbook
 
 NCCL_NOTE = ("{host}: nccl-tests is not built here: no CUDA compiler, no NCCL header "
              "(/usr/local/cuda/bin/nvcc, /usr/include/nccl.h). Install the CUDA toolkit")
@@ -174,8 +174,9 @@ def test_progress_lines_only_when_stdout_is_not_a_terminal():
 def test_metalslurm_configure_piped_gets_progress_lines(monkeypatch, tmp_path, capsys):
     """``metalslurm configure`` with stdout not a terminal (here: captured) passes the
     progress lines to stdout."""
-    from infra import cli, configure
-    from infra.configure import ConfigureResult
+    from infra import cli
+    from infra.ops import configure
+    from infra.ops.configure import ConfigureResult
 
     inventory = tmp_path / "inventory.yml"
     inventory.write_text("all:\n  hosts:\n    gpu-001: {}\n")

@@ -1,4 +1,4 @@
-"""metalslurm:containers in the stack config (infra/containers_config.py): the settings
+"""metalslurm:containers in the stack config (infra/stack/containers.py): the settings
 reach the inventory, bad ones are refused naming the key, the registry credentials file."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra import containers_config as containers
-from infra.config import ConfigError, parse_config
+from infra.stack import containers
+from infra.stack.config import ConfigError, parse_config
 
 SHA = "a" * 64
 

@@ -11,8 +11,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_conf i
     topology_from_inventory,
 )
 
-from infra.config import ConfigError, parse_config
-from infra.inventory import NodeSpec, cluster_vars, with_switches
+from infra.stack.config import ConfigError, parse_config
+from infra.stack.inventory import NodeSpec, cluster_vars, with_switches
 
 FABRIC = Path(__file__).resolve().parents[1] / "fixtures" / "ib" / "local-e2e.ibnetdiscover"
 POOL = [{"name": "gpu", "count": 4, "gpuType": "h100", "gpuCount": 8}]

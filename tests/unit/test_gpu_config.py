@@ -1,4 +1,4 @@
-"""metalslurm:gpu in the stack config (infra/gpu_config.py): the nvidia_gpu role's rules
+"""metalslurm:gpu in the stack config (infra/stack/gpu.py): the nvidia_gpu role's rules
 (module_utils/gpu.py) applied to it, each problem naming the stack key."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.metalslurm.cluster.plugins.module_utils import gpu
 
-from infra.config import parse_config
-from infra.schema import ConfigError
+from infra.stack.config import parse_config
+from infra.stack.schema import ConfigError
 
 
 def stack(os_name: str = "debian13", gpu_type: str = "h100", **gpu_keys) -> dict:

@@ -1,4 +1,4 @@
-"""The Grafana dashboards (dashboards/grafana/*.json) and their one source, infra/grafana.py.
+"""The Grafana dashboards (dashboards/grafana/*.json) and their one source, infra/ops/grafana.py.
 
 Checked here, never in a Grafana: the committed files are what the source writes (and
 ``--check`` says so, or names the stale file); panel ids are unique and the panels lie on
@@ -30,7 +30,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra import grafana
+from infra.ops import grafana
 from tests.paths import FIXTURES, REPO, ROLES
 
 RECORDING_RULES = ROLES / "monitoring" / "files" / "metalslurm-recording.yml"
@@ -78,7 +78,7 @@ def queries(name: str) -> Iterator[tuple[str, str]]:
 def test_committed_file_is_what_the_source_writes(name):
     path = grafana.OUT_DIR / name
     assert path.read_text() == grafana.rendered()[name], \
-        f"{path.relative_to(REPO)} is stale: run 'python -m infra.grafana'"
+        f"{path.relative_to(REPO)} is stale: run 'python -m infra.ops.grafana'"
 
 
 def test_check_passes_on_a_fresh_directory_and_names_a_stale_file(tmp_path, capsys):
@@ -87,7 +87,7 @@ def test_check_passes_on_a_fresh_directory_and_names_a_stale_file(tmp_path, caps
     stale = tmp_path / "metalslurm-node.json"
     stale.write_text(stale.read_text().replace("metalslurm: node", "metalslurm: nodes"))
     assert grafana.main([str(tmp_path), "--check"]) == 1
-    assert capsys.readouterr().err == (f"{stale} is stale: run 'python -m infra.grafana' "
+    assert capsys.readouterr().err == (f"{stale} is stale: run 'python -m infra.ops.grafana' "
                                        "and commit it\n")
 
 

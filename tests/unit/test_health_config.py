@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError, parse_config
-from infra.inventory import cluster_vars
+from infra.stack.config import ConfigError, parse_config
+from infra.stack.inventory import cluster_vars
 
 POOL = [{"name": "gpu", "count": 2, "gpuType": "h100", "gpuCount": 8}]
 

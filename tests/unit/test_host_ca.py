@@ -14,10 +14,10 @@ import re
 
 import pytest
 
-from infra.config import parse_config
 from infra.providers import host_ca, images, local
 from infra.providers.local import LocalCluster, LocalPlan
-from infra.state import StateDir
+from infra.stack.config import parse_config
+from infra.stack.state import StateDir
 from tests.paths import REPO
 
 DISTRO_CA = os.urandom(300)  # stands in for a certificate of the distribution's own set

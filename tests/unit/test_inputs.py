@@ -1,12 +1,14 @@
-"""The readers every command reads its inputs through (infra/inputs.py, infra/inventory_file.py):
-each bad input is one InputError naming the argument, what is wrong and what to give."""
+"""The readers every command reads its inputs through (infra/stack/inputs.py,
+infra/ops/inventory_file.py): each bad input is one InputError naming the argument, what is
+wrong and what to give."""
 
 import random
 from pathlib import Path
 
 import pytest
 
-from infra.inputs import (
+from infra.ops.inventory_file import group_hosts, inventory_structure_problem, load_inventory
+from infra.stack.inputs import (
     InputError,
     load_yaml_mapping,
     parse_hostlist,
@@ -16,7 +18,6 @@ from infra.inputs import (
     read_text_argument,
     text_file_problem,
 )
-from infra.inventory_file import group_hosts, inventory_structure_problem, load_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 WHAT = "the YAML thing"

@@ -5,8 +5,9 @@ import copy
 import pytest
 import yaml
 
-from infra.config import parse_config
-from infra.inventory import (
+from infra.providers.local import node_specs
+from infra.stack.config import parse_config
+from infra.stack.inventory import (
     InventoryError,
     NodeSpec,
     build_inventory,
@@ -14,7 +15,6 @@ from infra.inventory import (
     inventory_problems,
     inventory_view,
 )
-from infra.providers.local import node_specs
 
 
 @pytest.fixture

@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from infra.cli import stack_name, state_dir_for
-from infra.config import parse_config
+from infra.ops.local import stack_name, state_dir_for
 from infra.providers.local import (
     LocalCluster,
     LocalPlan,
@@ -17,7 +16,8 @@ from infra.providers.local import (
     storage_mode,
     write_local_inventory,
 )
-from infra.state import StateDir, ensure_cluster_secrets
+from infra.stack.config import parse_config
+from infra.stack.state import StateDir, ensure_cluster_secrets
 
 
 def test_addresses_start_at_dot_ten():

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import ConfigError, parse_config
-from infra.inventory import InventoryError, NodeSpec, build_inventory, cluster_vars
-from infra.providers import byo, oci
 from infra.providers.local import node_specs as local_specs
+from infra.pulumi import byo, oci
+from infra.stack.config import ConfigError, parse_config
+from infra.stack.inventory import InventoryError, NodeSpec, build_inventory, cluster_vars
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = [{"name": "gpu", "count": 2, "gpuType": "h100", "gpuCount": 8}]

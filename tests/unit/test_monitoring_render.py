@@ -27,10 +27,10 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring impo
     NOTICE_TITLE,
 )
 
-from infra.config import parse_config
-from infra.inventory import inventory_view
-from infra.schema import ConfigError
-from infra.state import SecretError, StateDir, write_alert_secrets_file
+from infra.stack.config import parse_config
+from infra.stack.inventory import inventory_view
+from infra.stack.schema import ConfigError
+from infra.stack.state import SecretError, StateDir, write_alert_secrets_file
 from tests.unit.test_render import fixture_inventory
 
 REPO = Path(__file__).resolve().parents[2]

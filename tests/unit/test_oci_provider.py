@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import ConfigError, parse_config
-from infra.providers import oci
+from infra.pulumi import oci
+from infra.stack.config import ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 

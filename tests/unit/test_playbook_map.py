@@ -5,7 +5,7 @@ an external accounting database)."""
 import re
 from pathlib import Path
 
-from infra.playbook import ROLE_SERVICES, expected_services, play_roles
+from infra.ops.playbook import ROLE_SERVICES, expected_services, play_roles
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORIES = REPO / "tests" / "fixtures" / "inventory"

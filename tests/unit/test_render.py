@@ -29,9 +29,9 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
     check_settings,
 )
 
-from infra.config import load_stack_file
-from infra.inventory import build_inventory, cluster_vars
 from infra.providers.local import node_specs
+from infra.stack.config import load_stack_file
+from infra.stack.inventory import build_inventory, cluster_vars
 from tests.facts import set_facts_task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ def rendered(tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stdout[-4000:]
     (out / "ansible.log").write_text(proc.stdout)
     # Ubuntu 22.04's Slurm 21.08 has no packaged JWT plugin: the REST API is off there (a
-    # stack config that turns it on is refused, infra/rest_config.py).
+    # stack config that turns it on is refused, infra/stack/rest.py).
     proc = run_render(out, RELEASES[:1], REST_OFF)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return out

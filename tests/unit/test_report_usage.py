@@ -9,8 +9,8 @@ from datetime import datetime
 
 import pytest
 
-from infra import report
 from infra.cli import main
+from infra.ops import report
 
 WINDOW = (datetime(2026, 5, 1), datetime(2026, 6, 1))
 # (account, user, gpu type) -> [(hours inside the window, GPUs), ...] per job record

@@ -9,10 +9,10 @@ import ipaddress
 
 import pytest
 
-from infra.config import ConfigError, parse_config
-from infra.inventory import cluster_vars
-from infra.rest_config import parse_rest
-from infra.schema import Collector
+from infra.stack.config import ConfigError, parse_config
+from infra.stack.inventory import cluster_vars
+from infra.stack.rest import parse_rest
+from infra.stack.schema import Collector
 
 POOL = [{"name": "gpu", "count": 2, "gpuType": "h100", "gpuCount": 8}]
 

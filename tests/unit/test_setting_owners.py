@@ -27,13 +27,13 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     rest,
 )
 
-from infra import state
-from infra.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
-from infra.health import HealthSettings
-from infra.inventory import cluster_vars
-from infra.monitoring_config import MonitoringSettings
-from infra.rest_config import RestSettings
-from infra.schema import Collector
+from infra.stack import state
+from infra.stack.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
+from infra.stack.health import HealthSettings
+from infra.stack.inventory import cluster_vars
+from infra.stack.monitoring import MonitoringSettings
+from infra.stack.rest import RestSettings
+from infra.stack.schema import Collector
 from tests.paths import COLLECTION, REPO, ROLES, load_module
 
 HEALTH_PROGRAM = ROLES / "slurm_health/files/metalslurm-health"
@@ -168,7 +168,7 @@ OWNED_ELSEWHERE = re.compile(
 
 
 # The one copy the playbook must keep: site.yml's `when` reads it, and the verify suite's
-# map of the playbook (infra/playbook.py) evaluates those conditions without the collection's
+# map of the playbook (infra/ops/playbook.py) evaluates those conditions without the collection's
 # filters. Held equal to the owner below.
 HEALTH_ENABLED = "__metalslurm_health_enabled: \"{{ metalslurm_health.enabled | default(%s) }}\""
 MONITORING_ENABLED = ("__metalslurm_monitoring_enabled: "
@@ -214,7 +214,7 @@ def test_the_docs_table_of_timings_is_the_owners():
             elastic.PROVIDER_DEFAULTS[p][key] for p in ("local", "byo", "oci")], stack_key
 
 
-# ---- the munge key: made once on the operator's side (infra/state.py) ----------------------
+# ---- the munge key: made once on the operator's side (infra/stack/state.py) ----------------------
 
 def test_the_munge_modules_shortest_key_is_the_operator_sides():
     """The module runs on nodes and cannot import infra/: its copy is held equal here."""
@@ -223,9 +223,9 @@ def test_the_munge_modules_shortest_key_is_the_operator_sides():
 
 
 def test_the_pulumi_stacks_key_is_as_long_as_the_local_clusters():
-    """Two drivers each keep the key where their state lives (infra/state.py says why); what
+    """Two drivers each keep the key where their state lives (infra/stack/state.py says why); what
     a key is, is one definition."""
-    text = (REPO / "infra/cluster.py").read_text()
+    text = (REPO / "infra/pulumi/cluster.py").read_text()
     assert 'random.RandomBytes(f"{name}-munge-key", length=MUNGE_KEY_BYTES' in text
     assert len(base64.b64decode(state.new_munge_key())) == state.MUNGE_KEY_BYTES
 
@@ -275,7 +275,7 @@ def test_what_two_roles_must_agree_on_is_equal(first, second):
 # ---- containers: module_utils/containers.py ---------------------------------------------------
 
 def test_the_stack_parser_takes_enroots_defaults_from_their_owner():
-    from infra.containers_config import ContainerSettings
+    from infra.stack.containers import ContainerSettings
 
     d = ContainerSettings()
     assert (d.storage_dir, d.run_size) == (containers.DEFAULT_STORAGE_DIR,
@@ -305,31 +305,31 @@ def jinja_default(path: Path, expression: str):
 
 LITERAL_DEFAULTS = [
     ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_port",
-     "infra.accounting_config:AccountingSettings", "database_port"),
+     "infra.stack.accounting:AccountingSettings", "database_port"),
     ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_name",
-     "infra.accounting_config:AccountingSettings", "database_name"),
+     "infra.stack.accounting:AccountingSettings", "database_name"),
     ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_user",
-     "infra.accounting_config:AccountingSettings", "database_user"),
+     "infra.stack.accounting:AccountingSettings", "database_user"),
     ("roles/slurm_accounting/defaults/main.yml", "slurm_accounting_settings.prune",
-     "infra.accounting_config:AccountingSettings", "prune"),
+     "infra.stack.accounting:AccountingSettings", "prune"),
     ("roles/slurm_topology/defaults/main.yml", "metalslurm_topology.plugin",
-     "infra.topology_config:TopologySettings", "plugin"),
+     "infra.stack.topology:TopologySettings", "plugin"),
     ("roles/slurm_controller/vars/main.yml", "metalslurm_topology.plugin",
-     "infra.topology_config:TopologySettings", "plugin"),
+     "infra.stack.topology:TopologySettings", "plugin"),
     ("roles/nccl_ib/defaults/main.yml", "metalslurm_nccl.enabled",
-     "infra.nccl_config:NcclConfig", "enabled"),
+     "infra.stack.nccl:NcclConfig", "enabled"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.mode",
-     "infra.gpu_config:GpuSettings", "mode"),
+     "infra.stack.gpu:GpuSettings", "mode"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.branch",
-     "infra.gpu_config:GpuSettings", "branch"),
+     "infra.stack.gpu:GpuSettings", "branch"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.reboot_policy",
-     "infra.gpu_config:GpuSettings", "reboot_policy"),
+     "infra.stack.gpu:GpuSettings", "reboot_policy"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.fabric_manager",
-     "infra.gpu_config:GpuSettings", "fabric_manager"),
+     "infra.stack.gpu:GpuSettings", "fabric_manager"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.dcgm",
-     "infra.gpu_config:GpuSettings", "dcgm"),
+     "infra.stack.gpu:GpuSettings", "dcgm"),
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.container_toolkit",
-     "infra.gpu_config:GpuSettings", "container_toolkit"),
+     "infra.stack.gpu:GpuSettings", "container_toolkit"),
     ("roles/slurm_compute/vars/main.yml", "(metalslurm_accept | default({})).gate",
      "infra.accept.gate:GateSettings", "gate"),
     ("roles/nvidia_gpu/vars/main.yml", "(metalslurm_accept | default({})).gate",

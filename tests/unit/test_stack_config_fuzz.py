@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import TOP_KEYS, ConfigError, load_stack_file, parse_config
-from infra.schema import NAMESPACE
+from infra.stack.config import TOP_KEYS, ConfigError, load_stack_file, parse_config
+from infra.stack.schema import NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = sorted(REPO.glob("Pulumi.example-*.yaml")) + [REPO / "Pulumi.local.yaml"] + sorted(

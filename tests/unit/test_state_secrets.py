@@ -1,4 +1,4 @@
-"""The operator's secret files in ``.metalslurm/<stack>/secrets/`` (infra/state.py): 0600 in
+"""The operator's secret files in ``.metalslurm/<stack>/secrets/`` (infra/stack/state.py): 0600 in
 a 0700 directory from the first byte, written to a new file beside the old one, synced, renamed
 into place and the directory synced; a write that fails midway leaves the old secret and no
 temporary file."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import state as state_module
-from infra.state import StateDir
+from infra.stack import state as state_module
+from infra.stack.state import StateDir
 
 VAR, NAME = "slurmdbd_password_file", "slurmdbd.password"
 

@@ -1,4 +1,4 @@
-"""metalslurm:topology in the stack config (infra/topology_config.py): leaves and spines, the
+"""metalslurm:topology in the stack config (infra/stack/topology.py): leaves and spines, the
 fabric as the source, blocks, and one sentence per problem naming the key."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_conf i
     render_topology_conf,
 )
 
-from infra.schema import Collector
-from infra.topology_config import parse_topology_settings
+from infra.stack.schema import Collector
+from infra.stack.topology import parse_topology_settings
 
 GPUS = ["gpu-001", "gpu-002", "gpu-003", "gpu-004"]
 

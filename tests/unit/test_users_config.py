@@ -14,9 +14,9 @@ import pytest
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.users import ROLE_ACCOUNTS
 
-from infra.config import ConfigError, parse_config
-from infra.inventory import InventoryError, build_inventory, cluster_vars
 from infra.providers.local import node_specs
+from infra.stack.config import ConfigError, parse_config
+from infra.stack.inventory import InventoryError, build_inventory, cluster_vars
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = [{"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 8}]

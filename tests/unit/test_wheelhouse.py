@@ -1,4 +1,4 @@
-"""'metalslurm wheelhouse' (infra/wheelhouse.py): the pip command it runs, the nodes' Python
+"""'metalslurm wheelhouse' (infra/ops/wheelhouse.py): the pip command it runs, the nodes' Python
 taken from the stack's OS, bad input refused with exit 2, a filled wheelhouse left alone.
 No network: pip is replaced by a recorder."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import wheelhouse
 from infra.cli import main
+from infra.ops import wheelhouse
 
 REQUIREMENTS = "idna==3.20\npackaging==26.3\n"
 

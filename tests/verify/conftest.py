@@ -14,7 +14,7 @@ import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 from infra.accept.verdicts import REASON_PREFIX as ACCEPT_PREFIX
-from infra.playbook import expected_services
+from infra.ops.playbook import expected_services
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Cluster:
     hostvars: dict[str, dict] = field(default_factory=dict)
     # Elastic nodes that Slurm holds powered down: checked when they are up.
     powered_down: list[str] = field(default_factory=list)
-    # host -> the daemons ansible/site.yml gives it (infra/playbook.py)
+    # host -> the daemons ansible/site.yml gives it (infra/ops/playbook.py)
     services: dict[str, list[str]] = field(default_factory=dict)
     # The login nodes in inventory order (the first serves the REST API).
     login_nodes: list[str] = field(default_factory=list)

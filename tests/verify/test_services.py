@@ -1,13 +1,13 @@
 """Each host runs the daemons the playbook gives it, and only those, and starts them at boot.
 
 What runs where comes from ansible/site.yml itself (each play's hosts and its roles'
-conditions, evaluated on this inventory by infra/playbook.py), not from a copy here. One
+conditions, evaluated on this inventory by infra/ops/playbook.py), not from a copy here. One
 systemctl call per host reads every daemon the playbook can put anywhere.
 """
 
 import pytest
 
-from infra.playbook import all_services
+from infra.ops.playbook import all_services
 
 
 @pytest.fixture

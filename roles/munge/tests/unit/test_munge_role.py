@@ -1,6 +1,6 @@
 """The munge role's own check, run by Ansible: an inventory that names no key file is refused
 before any host is touched, with a sentence saying where the key comes from; the role never
-makes a key (the cluster's is made once on the operator's side, infra/state.py)."""
+makes a key (the cluster's is made once on the operator's side, infra/stack/state.py)."""
 
 from __future__ import annotations
 

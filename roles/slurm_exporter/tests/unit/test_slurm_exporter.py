@@ -28,7 +28,7 @@ from metalslurm_power import actions as power_actions
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.report import gpus_from_tres as report_gpus_from_tres
+from infra.ops.report import gpus_from_tres as report_gpus_from_tres
 from tests.paths import FIXTURES, REPO
 
 PROGRAM = REPO / "roles" / "slurm_exporter" / "files" / "metalslurm-slurm-exporter"

@@ -3,7 +3,7 @@
 The ``enroot_pyxis`` role applies them to its inventory through the collection's filters
 (:func:`artifact_sources`, :func:`artifact_problems`, :func:`credentials_problems`,
 :func:`netrc_block`, :func:`plugstack_line`), so a hand-written inventory is held to them
-too; the operator's stack config (infra/containers_config.py) uses the same functions.
+too; the operator's stack config (infra/stack/containers.py) uses the same functions.
 
 Artifacts (the Enroot .deb files and the Pyxis source) come from a URL or a path, each
 with a pinned sha256; a mirror (a directory or URL holding them under their file names)
@@ -27,7 +27,7 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REGISTRY_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:\d{1,5})?$")
 # Where Enroot keeps its data, layer cache and temporary files on each node (local disk),
 # and the size of the /run tmpfs Pyxis unpacks images in ('': leave /run as it is): the
-# defaults of metalslurm_containers for the stack parser (infra/containers_config.py) and,
+# defaults of metalslurm_containers for the stack parser (infra/stack/containers.py) and,
 # through container_settings, for the enroot_pyxis and slurm_health roles.
 DEFAULT_STORAGE_DIR = "/var/lib/enroot"
 DEFAULT_RUN_SIZE = "50%"

@@ -3,7 +3,7 @@
 Owner of these defaults, one row per provider (how long its machines take to come up
 decides the rest). They are read by:
 
-- the operator's stack parser (``infra/config.py``: ``metalslurm:elastic`` keys left out);
+- the operator's stack parser (``infra/stack/config.py``: ``metalslurm:elastic`` keys left out);
 - the roles, through the ``metalslurm.cluster.elastic_settings`` filter (a hand-written
   inventory without ``metalslurm_elastic``, or with part of it): slurm_controller writes
   slurm.conf's SuspendTime, SuspendTimeout, ResumeTimeout, ResumeRate and SuspendRate from

@@ -3,7 +3,7 @@
 The role applies them (:func:`gpu_problems`) to its inventory through the collection's
 filters, with the node's own operating system, so a hand-written inventory is held to them
 and every problem is reported before anything is installed; the operator's stack config
-(infra/gpu_config.py) is held to the same function.
+(infra/stack/gpu.py) is held to the same function.
 
 What the role installs comes from NVIDIA's CUDA apt repository (one per OS release,
 signed by a key pinned here by its fingerprint): the driver of one branch with the open

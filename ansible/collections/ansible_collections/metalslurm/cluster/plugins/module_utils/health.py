@@ -2,7 +2,7 @@
 
 Owner of these defaults. They are read by:
 
-- the operator's stack parser (``infra/health.py``: ``metalslurm:health`` keys left out);
+- the operator's stack parser (``infra/stack/health.py``: ``metalslurm:health`` keys left out);
 - the roles, through the ``metalslurm.cluster.health_settings`` filter (an inventory written
   by hand without ``metalslurm_health``, or with part of it): slurm_health writes the
   checker's config file from them, slurm_controller slurm.conf's ``HealthCheckInterval``

@@ -1,6 +1,6 @@
 """The inventory contract's rules: groups, host names and addresses, GPUs, node states.
 
-Every provider's inventory (infra/inventory.py builds it) and every hand-written one is held
+Every provider's inventory (infra/stack/inventory.py builds it) and every hand-written one is held
 to :func:`inventory_problems`: on the operator's side before an inventory is written, and by
 the cluster_validate role in the playbook's first play, before any host is touched.
 """
@@ -36,7 +36,7 @@ SHARED_STORAGE = ("nfs", "host-bind", "none")
 # The inventory's shared storage when it names none.
 DEFAULT_SHARED_STORAGE = "none"
 # The paths every node shares when there is shared storage and the inventory does not list
-# them: also the stack config's default (infra/config.py reads it from here), so a
+# them: also the stack config's default (infra/stack/config.py reads it from here), so a
 # hand-written inventory and a parsed stack share the same ones.
 DEFAULT_SHARED_PATHS = ("/home", "/shared")
 # RFC 1123 host label, lower case: what Slurm, DNS and podman all accept as a node name.
@@ -288,7 +288,7 @@ def inventory_problems(view: Mapping[str, Any]) -> list[str]:
 
 def _accept_problems(accept: Any) -> list[str]:
     """The part of metalslurm_accept the roles read (gate); 'metalslurm accept' checks the
-    rest of it (infra/accept/settings.py) before it touches a node."""
+    rest of it (infra/stack/accept.py) before it touches a node."""
     if not isinstance(accept, Mapping):
         return [f"metalslurm_accept: {accept!r} is not a mapping of acceptance gate settings"]
     gate = accept.get("gate", False)

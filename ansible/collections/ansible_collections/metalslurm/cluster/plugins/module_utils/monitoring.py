@@ -3,7 +3,7 @@ the rules a value must follow.
 
 Owner of these defaults and rules. They are read by:
 
-- the operator's stack parser (``infra/monitoring_config.py``: ``metalslurm:monitoring`` keys
+- the operator's stack parser (``infra/stack/monitoring.py``: ``metalslurm:monitoring`` keys
   left out, and the same checks, so a bad value is refused before any node is touched);
 - the roles, through the ``metalslurm.cluster.monitoring_settings`` filter (an inventory
   written by hand): monitoring (Prometheus, Alertmanager, the rules), node_exporter and

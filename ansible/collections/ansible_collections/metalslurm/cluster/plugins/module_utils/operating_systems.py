@@ -1,11 +1,11 @@
 """The operating systems metalslurm supports: one table, its one owner.
 
 Every reader takes the list from :data:`OPERATING_SYSTEMS`: the stack config's choices for
-``metalslurm:os`` (infra/config.py), the byo host check (os-release ``ID``/``VERSION_ID``),
+``metalslurm:os`` (infra/stack/config.py), the byo host check (os-release ``ID``/``VERSION_ID``),
 the images the local provider builds (the Debian suite), the nodes' Python (the wheelhouse),
 the Slurm release each ships (``slurm_versions.DISTRO_SLURM``), NVIDIA's CUDA repository
 and its first driver branch (``gpu.py``), and which releases have sackd
-(infra/playbook.py). A row's ``id`` is what a stack's ``metalslurm:os`` and an inventory's
+(infra/ops/playbook.py). A row's ``id`` is what a stack's ``metalslurm:os`` and an inventory's
 ``metalslurm_os`` name.
 """
 

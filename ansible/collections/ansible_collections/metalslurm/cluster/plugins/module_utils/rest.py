@@ -1,7 +1,7 @@
 """Slurm's REST API (slurmrestd) with JWT: its settings' defaults and what each release has.
 
 One owner for the defaults of ``metalslurm_rest`` (the stack config's ``metalslurm:rest``):
-``infra/rest_config.py`` fills the stack's keys from :data:`DEFAULTS`, and the roles merge a
+``infra/stack/rest.py`` fills the stack's keys from :data:`DEFAULTS`, and the roles merge a
 hand-written inventory's value over the same table (filter ``rest_settings``).
 
 :data:`RELEASES` records, per Slurm release the supported operating systems ship

@@ -1,5 +1,5 @@
 """Cluster users' SSH public keys, the names no user or group may take, and the admin
-group: the rules the stack parser (infra/users_config.py) and the inventory contract share,
+group: the rules the stack parser (infra/stack/users.py) and the inventory contract share,
 so a hand-written inventory is held to the same ones.
 
 A key is one OpenSSH public key line (``authorized_keys`` format without options): a key

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Ansible module: write a binary key (munge's, Slurm's JWT key), byte-exact, with owner and mode.
 
-It never makes a key: the cluster's keys are made once on the operator's side (infra/state.py,
+It never makes a key: the cluster's keys are made once on the operator's side (infra/stack/state.py,
 or pulumi-random in a Pulumi stack) and kept there, so every node, including one powered
 down during a run, gets the same key on every run."""
 
@@ -43,7 +43,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-# munged refuses shorter keys (infra/state.py checks the same before it writes a key file;
+# munged refuses shorter keys (infra/stack/state.py checks the same before it writes a key file;
 # tests/unit/test_setting_owners.py keeps the two equal); Slurm's JWT keys are as long.
 MIN_KEY_BYTES = 32
 

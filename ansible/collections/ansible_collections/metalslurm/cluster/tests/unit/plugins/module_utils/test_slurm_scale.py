@@ -28,7 +28,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 # tuning reads or extends).
 BASE = {"SlurmctldParameters": ["enable_configless", "idle_on_node_suspend", "cloud_reg_addrs"],
         "TreeWidth": 65533, "MinJobAge": 300}
-# infra.config's default partitions: 2 hours, 7 days, 30 days.
+# infra.stack.config's default partitions: 2 hours, 7 days, 30 days.
 PARTITIONS = [{"PartitionName": "debug", "MaxTime": "2:00:00"},
               {"PartitionName": "train", "MaxTime": "7-00:00:00"},
               {"PartitionName": "priority", "MaxTime": "30-00:00:00"}]

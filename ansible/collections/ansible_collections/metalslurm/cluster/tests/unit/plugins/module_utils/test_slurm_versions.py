@@ -17,7 +17,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 # What the roles write today, by hand from roles/slurm_controller/vars/main.yml for an
 # example inventory: cluster "ml", controller "ctl" (10.0.0.2) also running slurmdbd, static
 # GPU nodes gpu-[001-002] and elastic (cloud) nodes gpu-[003-004], each 2 sockets x 56 cores
-# x 2 threads, 2063937 MB, 8 H100 GPUs; the partitions are infra.config.DEFAULT_PARTITIONS.
+# x 2 threads, 2063937 MB, 8 H100 GPUs; the partitions are infra.stack.config.DEFAULT_PARTITIONS.
 # To be replaced by the Ansible-rendered configuration.
 ROLE_SLURM_CONF_DEFAULTS = {
     "ClusterName": "ml",

@@ -1,0 +1,1 @@
+"""Operator commands the CLI calls: local up/down, configure, verify, report, wheelhouse."""

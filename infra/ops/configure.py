@@ -1,0 +1,346 @@
+"""Run ansible/site.yml through ansible-runner with per-host progress and a timing summary.
+
+Same playbook, same inventory as ``ansible-playbook -i INVENTORY ansible/site.yml``;
+this only adds compact progress output and a result object the tests can read
+(the number of changed tasks, per host).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO_ROOT / "ansible"
+# When stdout is not a terminal (a CI log), a progress line at least this often.
+HEARTBEAT_SECONDS = 15.0
+
+
+@dataclass
+class ConfigureResult:
+    rc: int
+    status: str
+    seconds: float
+    stats: dict[str, dict[str, int]]
+    changed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    # (host, task, file content after the change) of changed tasks, with diff=True
+    diffs: list[tuple[str, str, str]] = field(default_factory=list)
+    slowest: list[tuple[float, str]] = field(default_factory=list)
+    # Warnings tasks gave (Ansible's own, and debug messages that start with WARNING:),
+    # once each, e.g. an artifact installed without a sha256.
+    warnings: list[str] = field(default_factory=list)
+    # Debug messages that start with NOTE: (a step skipped on purpose, said once), e.g. no
+    # HCA on the local nodes; the same note from several hosts, apart from the host's name,
+    # is said once with the hosts as a Slurm hostlist (fold_notes).
+    notes: list[str] = field(default_factory=list)
+    # Seconds each task took, the longest of its hosts (the benchmarks read it).
+    task_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def changed(self) -> int:
+        return sum(self.stats.get("changed", {}).values())
+
+
+class _Progress:
+    """Turns ansible-runner events into one line per task and per problem."""
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self.out = out
+        self.task_started: dict[str, float] = {}
+        self.task_seconds: dict[str, float] = defaultdict(float)
+        self.changed: list[tuple[str, str]] = []
+        self.failures: list[str] = []
+        self.warnings: list[str] = []
+        # (host, note) as the hosts said them; fold_notes says each once
+        self.host_notes: list[tuple[str, str]] = []
+        self.diffs: list[tuple[str, str, str]] = []
+        self.start = time.monotonic()
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        task = data.get("task") or ""
+        host = data.get("host") or ""
+        elapsed = time.monotonic() - self.start
+        if kind == "playbook_on_play_start":
+            self.out(f"[{elapsed:6.1f}s] PLAY {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            self.task_started[data.get("task_uuid", task)] = time.monotonic()
+        elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                      "runner_on_skipped"):
+            uuid = data.get("task_uuid", task)
+            if uuid in self.task_started:
+                self.task_seconds[task] = max(self.task_seconds[task],
+                                              time.monotonic() - self.task_started[uuid])
+            res = data.get("res") or {}
+            if kind == "runner_on_ok":
+                self._warnings(res, host)
+            if kind == "runner_on_ok" and res.get("changed"):
+                self.changed.append((host, task))
+                items = [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]
+                for item in items:
+                    for diff in _diff_list(item.get("diff")):
+                        if isinstance(diff.get("after"), str):
+                            self.diffs.append((host, task, diff["after"]))
+                self.out(f"[{elapsed:6.1f}s]   changed  {host}: {task}")
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                msg = str(res.get("msg") or res.get("stderr") or res)[:800]
+                self.failures.append(f"{host}: {task}: {msg}")
+                self.out(f"[{elapsed:6.1f}s]   FAILED   {host}: {task}: {msg}")
+            elif kind == "runner_on_unreachable":
+                msg = str(res.get("msg") or res)[:400]
+                self.failures.append(f"{host}: unreachable: {msg}")
+                self.out(f"[{elapsed:6.1f}s]   UNREACHABLE {host}: {msg}")
+        return True
+
+
+    def _warnings(self, res: dict[str, Any], host: str) -> None:
+        found: list[str] = []
+        notes = []
+        # A looped task's warnings, and a looped debug task's messages, are in its items'
+        # results.
+        for item in [res] + [r for r in res.get("results") or [] if isinstance(r, dict)]:
+            found += [str(w) for w in item.get("warnings") or []]
+            msg = item.get("msg")
+            if isinstance(msg, str) and msg.startswith("WARNING:"):
+                found.append(msg[len("WARNING:"):].strip())
+            elif isinstance(msg, str) and msg.startswith("NOTE:"):
+                notes.append(msg[len("NOTE:"):].strip())
+        for warning in found:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+                self.out(f"WARNING: {warning}")
+        self.host_notes += [(host, note) for note in notes
+                            if (host, note) not in self.host_notes]
+
+
+_HOSTLIST_MARK = "\0hosts\0"
+
+
+def fold_notes(host_notes: list[tuple[str, str]]) -> list[str]:
+    """Each note once, in the order first said: notes that differ only by the name of the
+    host that said them are one, naming the hosts as a Slurm hostlist
+    (``gpu-[001-004]: nccl-tests is not built here: ...``)."""
+    import hostlist  # python-hostlist, as infra.stack.inputs
+
+    hosts_of: dict[str, list[str]] = {}
+    for host, note in host_notes:
+        named = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-]|\.\w)") if host else None
+        template = named.sub(_HOSTLIST_MARK, note) if named else note
+        hosts = hosts_of.setdefault(template, [])
+        if host not in hosts:
+            hosts.append(host)
+    return [template.replace(_HOSTLIST_MARK, hostlist.collect_hostlist(hosts))
+            for template, hosts in hosts_of.items()]
+
+
+class _Heartbeat:
+    """A one-line progress message whenever ``every`` seconds pass with nothing printed,
+    for a log that is not a terminal: ``... configure: 45 s, task 37: Install Slurm
+    (6 hosts)``, the hosts being those still running the task."""
+
+    def __init__(self, out: Callable[[str], None], every: float = HEARTBEAT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.out = out
+        self.every = every
+        self.clock = clock
+        self.start = self.last = clock()
+        self.lock = threading.Lock()
+        self.tasks = 0
+        self.task = ""
+        self.task_uuid = ""
+        self.running: set[str] = set()
+
+    def watch(self, out: Callable[[str], None]) -> Callable[[str], None]:
+        """``out``, each of whose lines counts as printed."""
+        def printed(line: str) -> None:
+            with self.lock:
+                out(line)
+                self.last = self.clock()
+        return printed
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        with self.lock:
+            if kind == "playbook_on_task_start":
+                self.tasks += 1
+                self.task = data.get("task") or data.get("name") or ""
+                self.task_uuid = data.get("task_uuid") or data.get("uuid") or ""
+                self.running = set()
+            elif data.get("task_uuid") == self.task_uuid and data.get("host"):
+                if kind == "runner_on_start":
+                    self.running.add(data["host"])
+                elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                              "runner_on_skipped"):
+                    self.running.discard(data["host"])
+
+    def beat(self) -> None:
+        """Print the progress line if ``every`` seconds passed with nothing printed."""
+        with self.lock:
+            now = self.clock()
+            if now - self.last < self.every:
+                return
+            self.last = now
+            elapsed = f"... configure: {now - self.start:.0f} s"
+            if not self.tasks:
+                self.out(f"{elapsed}, starting ansible-playbook")
+                return
+            hosts = len(self.running)
+            on = f" ({hosts} host{'' if hosts == 1 else 's'})" if hosts else ""
+            self.out(f"{elapsed}, task {self.tasks}: {self.task}{on}")
+
+    def run(self, stop: threading.Event, poll: float) -> None:
+        while not stop.wait(poll):
+            self.beat()
+
+
+def heartbeat_for(out: Callable[[str], None], stream: Any = None) -> Callable[[str], None] | None:
+    """Where configure's progress lines go: ``out`` when ``stream`` (stdout) is not a
+    terminal, else nowhere (a terminal shows what it shows today)."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return None if isatty is not None and isatty() else out
+
+
+def _diff_list(diff: Any) -> list[dict[str, Any]]:
+    if isinstance(diff, dict):
+        return [diff]
+    return [d for d in diff if isinstance(d, dict)] if isinstance(diff, list) else []
+
+
+def venv_on_path() -> None:
+    """ansible-runner and testinfra call ansible-* by name: use this interpreter's."""
+    bindir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def run_playbook(inventory: str | Path, *, limit: str | None = None,
+                 tags: str | None = None, check: bool = False, diff: bool = False,
+                 verbosity: int = 0,
+                 extra_vars: dict[str, Any] | None = None, strategy: str | None = None,
+                 out: Callable[[str], None] | None = print,
+                 heartbeat: Callable[[str], None] | None = None,
+                 heartbeat_every: float = HEARTBEAT_SECONDS) -> ConfigureResult:
+    """Run the site playbook against ``inventory``; never raises for a failed play.
+
+    ``strategy="mitogen_linear"`` runs it with Mitogen's strategy (the ``mitogen``
+    package must be installed); the default is Ansible's own ``linear``. ``out`` gets a
+    line per changed task and per problem (None: no line). With ``heartbeat``, it gets a
+    progress line whenever ``heartbeat_every`` seconds pass with no line printed there or
+    on ``out`` (see :func:`heartbeat_for`).
+    """
+    import ansible_runner  # imported here: it is slow to import and only needed here
+
+    inventory = Path(inventory).resolve()
+    venv_on_path()
+    if not inventory.exists():
+        raise FileNotFoundError(f"inventory {inventory} does not exist")
+    beats = _Heartbeat(heartbeat, heartbeat_every) if heartbeat else None
+    lines = out or (lambda _line: None)
+    progress = _Progress(beats.watch(lines) if beats and out else lines)
+
+    def on_event(event: dict[str, Any]) -> bool:
+        if beats:
+            beats.event(event)
+        return progress(event)
+
+    stop = threading.Event()
+    beating = threading.Thread(target=beats.run, args=(stop, min(1.0, heartbeat_every / 4)),
+                               name="configure-heartbeat", daemon=True) if beats else None
+    if beating:
+        beating.start()
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    if tags:
+        cmdline += ["--tags", tags]
+    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+               "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0"}
+    if strategy:
+        envvars["ANSIBLE_STRATEGY"] = strategy
+    if strategy and strategy.startswith("mitogen"):
+        import ansible_mitogen  # optional: pip install mitogen
+
+        envvars["ANSIBLE_STRATEGY_PLUGINS"] = str(
+            Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
+    private = Path(tempfile.mkdtemp(prefix="metalslurm-runner-"))
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(ANSIBLE_DIR),
+            playbook="site.yml",
+            inventory=str(inventory),
+            limit=limit,
+            cmdline=" ".join(cmdline) or None,
+            extravars=extra_vars or {},
+            verbosity=verbosity,
+            envvars=envvars,
+            event_handler=on_event,
+            quiet=True,
+            suppress_env_files=True,
+        )
+        stats = runner.stats or {}
+        rc = runner.rc
+        status = runner.status
+        if rc != 0 and not progress.failures:
+            tail = runner.stdout.read()[-3000:] if runner.stdout else ""
+            progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
+    finally:
+        stop.set()
+        if beating:
+            beating.join()
+        shutil.rmtree(private, ignore_errors=True)
+    result = ConfigureResult(
+        rc=rc, status=status, seconds=time.monotonic() - progress.start,
+        stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},
+        changed_tasks=progress.changed, failures=progress.failures, diffs=progress.diffs,
+        warnings=progress.warnings, notes=fold_notes(progress.host_notes),
+        task_seconds=dict(progress.task_seconds),
+        slowest=sorted(((s, t) for t, s in progress.task_seconds.items()), reverse=True)[:5])
+    return result
+
+
+def summary_lines(result: ConfigureResult) -> list[str]:
+    hosts = sorted({h for per_host in result.stats.values() for h in per_host})
+    lines = [f"{'host':<20} {'ok':>5} {'changed':>8} {'failed':>7} {'unreachable':>12}"]
+    for h in hosts:
+        def n(key: str, host: str = h) -> int:
+            return result.stats.get(key, {}).get(host, 0)
+        lines.append(f"{h:<20} {n('ok'):>5} {n('changed'):>8} {n('failures'):>7} "
+                     f"{n('dark'):>12}")
+    lines.append(f"configure {result.status} in {result.seconds:.1f} s, "
+                 f"{result.changed} changed task(s)")
+    if result.slowest:
+        lines.append("slowest tasks: " + "; ".join(f"{t} {s:.1f}s" for s, t in result.slowest))
+    return lines
+
+
+def print_summary(result: ConfigureResult, out: Callable[[str], None] = print) -> None:
+    for line in summary_lines(result):
+        out(line)
+    for note in result.notes:
+        out(f"NOTE: {note}")
+    for warning in result.warnings:
+        out(f"WARNING: {warning}")
+    for failure in result.failures:
+        out(f"FAILED: {failure}")
+    sys.stdout.flush()

@@ -1,0 +1,62 @@
+"""What a provider hands the ``Cluster`` component, and what it gets from it.
+
+Kept apart from :mod:`infra.pulumi.cluster` so the providers (``infra/providers/{byo,oci}.py``,
+``infra/pulumi/local.py``) and the component import this module, never each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from infra.stack.config import ClusterConfig
+from infra.stack.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    """What the component needs: the parsed config and where operator-side files go."""
+
+    config: ClusterConfig
+    stack: str
+    repo_root: Path
+    state_dir: Path
+    ssh_private_key: pulumi.Input[str] | None = None
+    bmc_credentials: pulumi.Input[Any] | None = None
+    # Registry logins for Enroot: the secret metalslurm:registryCredentials, or the content
+    # of metalslurm:containers.credentialsFile.
+    registry_credentials: pulumi.Input[Any] | None = None
+    # The alert receivers' credentials: the secret metalslurm:alertSecrets, or the content
+    # of metalslurm:monitoring.secretsFile.
+    alert_secrets: pulumi.Input[Any] | None = None
+
+
+@dataclass
+class Machines:
+    """What a provider hands back to the component."""
+
+    specs: list[NodeSpec]
+    connection_vars: pulumi.Output[dict[str, Any]]
+    controller_address: pulumi.Output[str]
+    bastion_address: pulumi.Output[str | None]
+    ssh_hint: pulumi.Output[str]
+    # node name -> metalslurm_power mapping known only after creation (e.g. instance ids)
+    power: pulumi.Output[dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: pulumi.Output.from_input({}))
+    ready: list[pulumi.Resource] = field(default_factory=list)
+
+
+def make_inventory(cfg: ClusterConfig, specs: list[NodeSpec], connection: Mapping[str, Any],
+                   power: Mapping[str, Mapping[str, Any]],
+                   files: Mapping[str, str]) -> dict[str, Any]:
+    """The foundation's inventory for these specs; raises InventoryError if it is invalid."""
+    specs = [replace(s, power=dict(power[s.name])) if s.name in power else s for s in specs]
+    specs = with_switches(cfg, specs)
+    all_vars = cluster_vars(cfg, specs)
+    all_vars.update(connection)
+    all_vars.update(files)
+    return build_inventory(specs, all_vars)
