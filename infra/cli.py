@@ -20,15 +20,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from infra.ops import local
-from infra.ops.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
+from infra.ops.inventory_file import load_inventory
 from infra.ops.output import error, say
 from infra.stack.config import load_stack_file
 from infra.stack.inputs import (
     InputError,
-    parse_hostlist,
     parse_key_value,
     parse_yaml_text,
-    read_text_argument,
 )
 from infra.stack.inventory import InventoryError
 
@@ -87,64 +85,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_verify(args.inventory, out=say)
 
 
-def _inventory_with(path: Path, group: str) -> list[str]:
-    """The hosts of ``group`` in the inventory given with -i; none is an InputError (the
-    command would run on no host and say nothing)."""
-    hosts = group_hosts(load_inventory(path, "--inventory"), group)
-    if not hosts:
-        raise InputError("--inventory", f"has no host in group {group}; give "
-                         f"{INVENTORY_FILE}", path)
-    return hosts
-
-
 def cmd_topology_discover(args: argparse.Namespace) -> int:
-    """The slurm_topology role alone, on the controller: ibnetdiscover, then topology.conf
-    (and an 'scontrol reconfigure' only when it changed)."""
-    from infra.ops.configure import heartbeat_for, print_summary, run_playbook
+    from infra.ops import topology
 
-    _inventory_with(args.inventory, "slurm_controller")
-    result = run_playbook(args.inventory, limit="slurm_controller", tags="topology",
-                          check=args.check, out=say, heartbeat=heartbeat_for(say))
-    print_summary(result, out=say)
-    return result.rc
+    return topology.discover(args.inventory, check=args.check)
 
 
 def cmd_topology_from_file(args: argparse.Namespace) -> int:
-    """topology.conf from a saved ibnetdiscover output, printed; the report on stderr."""
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology import TopologyError
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_conf import (
-        parse_topology_conf,
-    )
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.topology_fabric import (
-        discovered_topology,
-    )
+    from infra.ops import topology
 
-    fabric_file = "the saved output of ibnetdiscover (ibnetdiscover > fabric.txt)"
-    fabric = read_text_argument(args.ibnetdiscover, "IBNETDISCOVER_OUTPUT", fabric_file)
-    if args.inventory:
-        nodes = _inventory_with(args.inventory, "slurm_compute")
-    else:
-        nodes = parse_hostlist(args.nodes, "--nodes")
-    previous = ""
-    if args.previous:
-        previous_file = "the topology.conf in use, or no --previous"
-        previous = read_text_argument(args.previous, "--previous", previous_file,
-                                      allow_empty=True)
-        try:
-            if previous.strip():
-                parse_topology_conf(previous)
-        except TopologyError as exc:
-            raise InputError("--previous", f"{exc}; give {previous_file}",
-                             args.previous) from None
-    try:
-        found = discovered_topology(fabric, nodes, previous, args.plugin)
-    except TopologyError as exc:
-        raise InputError("IBNETDISCOVER_OUTPUT", f"{exc}; give {fabric_file}",
-                         args.ibnetdiscover) from None
-    sys.stdout.write(found["content"])
-    for warning in found["warnings"]:
-        print(f"WARNING: {warning}", file=sys.stderr)
-    return 0
+    return topology.from_file(args.ibnetdiscover, inventory=args.inventory, nodes=args.nodes,
+                              previous_file=args.previous, plugin=args.plugin)
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
@@ -186,159 +137,23 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
 
 
 def cmd_report_usage(args: argparse.Namespace) -> int:
-    from datetime import datetime
-
     from infra.ops import report
 
-    now = datetime.now()
-    start, end = report.default_window(now)
-    if args.start:
-        start = report.parse_time(args.start, now, "--start")
-    if args.end:
-        end = report.parse_time(args.end, now, "--end")
-    if end <= start:
-        raise InputError("--end", f"{end:%Y-%m-%dT%H:%M:%S} is not after --start "
-                         f"{start:%Y-%m-%dT%H:%M:%S}; give a later --end or an earlier --start")
-    prices = (report.parse_prices(args.price, args.prices)
-              if args.price or args.prices else None)
-    command = report.sacct_command(start, end)
-    # Every input is checked above and here, before sacct runs anywhere.
-    if args.from_file:
-        text = read_text_argument(args.from_file, "--from-file", report.SACCT_OUTPUT,
-                                  allow_empty=True)
-        rows = report.usage_from_sacct(text, start, end, f"--from-file {args.from_file}")
-    elif args.inventory:
-        _inventory_with(args.inventory, "slurm_controller")
-        text = report.fetch_ansible(command, args.inventory)
-        rows = report.usage_from_sacct(text, start, end, "sacct on the inventory's controller")
-    elif args.stack:
-        from infra.providers.local import container_name
-
-        cfg = local.local_stack(args.stack, "--stack runs sacct on a local cluster's controller "
-                           "(provider: local); for another cluster give -i INVENTORY")
-        text = report.fetch_podman(command, container_name(cfg.cluster_name,
-                                                           cfg.controller_name))
-        rows = report.usage_from_sacct(text, start, end, "sacct on the local controller")
-    else:
-        rows = report.usage_from_sacct(report.fetch_local(command), start, end, "sacct")
-    if args.csv:
-        sys.stdout.write(report.format_csv(rows, prices))
-    else:
-        sys.stdout.write(report.format_text(rows, prices, start, end))
-    return 0
-
-
-def _accept_setup(args: argparse.Namespace):
-    """The inventory's compute nodes, the gate's settings and a connection to the
-    controller; every input checked first (nothing runs on a node before)."""
-    from infra.accept.gate import gate_nodes
-    from infra.accept.remote import Remote
-    from infra.stack.accept import settings_from_inventory
-
-    document = load_inventory(args.inventory, "--inventory")
-    controller = _inventory_with(args.inventory, "slurm_controller")[0]
-    nodes = gate_nodes(document)
-    if not nodes:
-        raise InputError("--inventory", f"has no host in group slurm_compute; give "
-                         f"{INVENTORY_FILE}", args.inventory)
-    all_vars = (document.get("all") or {}).get("vars") or {}
-    settings = settings_from_inventory(all_vars, getattr(args, "level", None))
-    host_vars = {**all_vars, **(((document.get("all") or {}).get("hosts") or {}).get(
-        controller) or {})}
-    return nodes, settings, Remote(controller, host_vars)
-
-
-def _check_html_argument(path: Path | None) -> None:
-    """--html names a page to write: a new file, or one this command wrote (an HTML page);
-    anything else there is not overwritten."""
-    if path is None:
-        return
-    what = "a new file name, or a page 'metalslurm accept' wrote, for the report"
-    if path.exists() or path.is_symlink():
-        text = read_text_argument(path, "--html", what, allow_empty=True)
-        if text and not text.startswith("<!DOCTYPE html>"):
-            raise InputError("--html", f"is a file that is not an HTML page; give {what}", path)
-    elif not path.parent.is_dir():
-        raise InputError("--html", f"is in {path.parent}, which is not a directory; give {what}",
-                         path)
-
-
-def _accept_report_path(args: argparse.Namespace, run: str) -> Path:
-    return args.html or args.inventory.resolve().parent / "accept" / f"{run}.html"
+    return report.usage(start=args.start, end=args.end, price=args.price, prices=args.prices,
+                        from_file=args.from_file, inventory=args.inventory, stack=args.stack,
+                        as_csv=args.csv)
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-    """The acceptance gate on the named nodes, or on those drained with its prefix."""
-    from infra.accept.gate import Gate
-    from infra.accept.report import format_table, render_html
+    from infra.ops import accept
 
-    _check_html_argument(args.html)
-    if args.inventory is None:
-        raise InputError("--inventory", f"is required: give {INVENTORY_FILE}")
-    nodes, settings, remote = _accept_setup(args)
-    requested = parse_hostlist(args.nodes, "--nodes") if args.nodes else None
-    if requested:
-        unknown = [n for n in requested if n not in nodes]
-        if unknown:
-            raise InputError("--nodes", f"names {', '.join(unknown)}, not compute nodes of the "
-                             f"inventory ({', '.join(sorted(nodes))}); give compute nodes",
-                             args.nodes)
-    try:
-        gate = Gate(remote, settings, nodes, log=say)
-        result = gate.run(requested)
-        if not result.tested:
-            say("no node to test" + ("" if requested else
-                                     " (none is drained with 'metalslurm-accept:')"))
-            return 0
-        history, _bad = gate.history()
-        sys.stdout.write(format_table(result.verdicts))
-        html_path = _accept_report_path(args, result.run)
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        earlier = [m for m in history if m.run != result.run]  # the fleet before this run
-        html_path.write_text(render_html(result.verdicts, earlier,
-                                         f"metalslurm acceptance gate, run {result.run}"))
-    finally:
-        remote.close()
-    per_node = result.seconds / len(result.tested)
-    say(f"{len(result.passed)} passed, {len(result.drained)} drained; {result.rounds} "
-        f"two-node rounds, {result.jobs} jobs, {result.seconds:.1f} s ({per_node:.1f} s a "
-        f"node); report: {html_path}")
-    return 1 if result.drained else 0
+    return accept.run_gate(args.inventory, nodes=args.nodes, level=args.level, html=args.html)
 
 
 def cmd_accept_report(args: argparse.Namespace) -> int:
-    """The table and HTML page of a run (default: the last) from the gate's history."""
-    from datetime import UTC, datetime
+    from infra.ops import accept
 
-    from infra.accept.gate import HISTORY_PATH, read_history_file
-    from infra.accept.report import format_table, render_html
-    from infra.accept.verdicts import read_verdicts_text
-
-    _check_html_argument(args.html)
-    _nodes, settings, remote = _accept_setup(args)
-    try:
-        text = read_history_file(remote)
-    finally:
-        remote.close()
-    records, _bad = read_verdicts_text(text, datetime.now(UTC), settings.history_days)
-    history = [r.measurement for r in records]
-    runs = sorted({m.run for m in history})
-    if not runs:
-        raise InputError("--inventory", f"the gate's history ({HISTORY_PATH} on the controller) "
-                         f"has no run in the last {settings.history_days} days; run "
-                         "'metalslurm accept' first", args.inventory)
-    run = args.run or runs[-1]
-    if run not in runs:
-        raise InputError("--run", f"is not a run of the history; the runs are "
-                         f"{', '.join(runs[-10:])}", run)
-    verdicts = [r for r in records if r.measurement.run == run]
-    sys.stdout.write(format_table(verdicts))
-    html_path = _accept_report_path(args, run)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(render_html(verdicts, [m for m in history if m.run != run],
-                                     f"metalslurm acceptance gate, run {run}"))
-    say(f"report: {html_path}")
-    return 0
+    return accept.report_run(args.inventory, run=args.run, html=args.html)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -96,3 +96,13 @@ def group_hosts(document: Mapping[Any, Any], group: str) -> list[str]:
     for name, data in document.items():
         walk(name, data, False, 0)
     return list(found)
+
+
+def hosts_in_group(path: Path, group: str) -> list[str]:
+    """The hosts of ``group`` in the inventory given with -i; none is an InputError (the
+    command would run on no host and say nothing)."""
+    hosts = group_hosts(load_inventory(path, "--inventory"), group)
+    if not hosts:
+        raise InputError("--inventory", f"has no host in group {group}; give "
+                         f"{INVENTORY_FILE}", path)
+    return hosts

@@ -15,6 +15,9 @@ Counting rules:
   double the hours.
 - GPU-hours = GPUs x seconds inside the window / 3600. Prices are per GPU-hour and per GPU
   type; ``default`` prices GPUs whose type sacct does not name.
+
+``metalslurm report usage`` (:func:`usage`) checks every input, then gets sacct's text from
+where it is told and prints the table.
 """
 
 from __future__ import annotations
@@ -25,12 +28,21 @@ import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from infra.stack.inputs import InputError, load_yaml_mapping, parse_key_value, parse_number
+from infra.ops.inventory_file import hosts_in_group
+from infra.ops.local import local_stack
+from infra.stack.inputs import (
+    InputError,
+    load_yaml_mapping,
+    parse_key_value,
+    parse_number,
+    read_text_argument,
+)
 
 SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "State", "Start", "End", "Elapsed",
                 "ElapsedRaw", "AllocTRES", "NNodes")
@@ -379,3 +391,50 @@ def fetch_ansible(command: list[str], inventory: Path, pattern: str = "slurm_con
 
 def fetch_podman(command: list[str], container: str) -> str:
     return fetch_local(["podman", "exec", container, *command])
+
+
+def usage(*, start: str | None, end: str | None, price: list[str], prices: Path | None,
+          from_file: Path | None, inventory: Path | None, stack: Path | None,
+          as_csv: bool) -> int:
+    """GPU-hours from sacct (a file, the inventory's controller, the local cluster's
+    controller or this host), printed as a table or CSV, priced when prices are given."""
+    now = datetime.now()
+    window_start, window_end = default_window(now)
+    if start:
+        window_start = parse_time(start, now, "--start")
+    if end:
+        window_end = parse_time(end, now, "--end")
+    if window_end <= window_start:
+        raise InputError("--end", f"{window_end:%Y-%m-%dT%H:%M:%S} is not after --start "
+                         f"{window_start:%Y-%m-%dT%H:%M:%S}; give a later --end or an earlier "
+                         "--start")
+    price_list = parse_prices(price, prices) if price or prices else None
+    command = sacct_command(window_start, window_end)
+    # Every input is checked above and here, before sacct runs anywhere.
+    if from_file:
+        text = read_text_argument(from_file, "--from-file", SACCT_OUTPUT,
+                                  allow_empty=True)
+        rows = usage_from_sacct(text, window_start, window_end,
+                                       f"--from-file {from_file}")
+    elif inventory:
+        hosts_in_group(inventory, "slurm_controller")
+        text = fetch_ansible(command, inventory)
+        rows = usage_from_sacct(text, window_start, window_end,
+                                       "sacct on the inventory's controller")
+    elif stack:
+        from infra.providers.local import container_name
+
+        cfg = local_stack(stack, "--stack runs sacct on a local cluster's controller "
+                          "(provider: local); for another cluster give -i INVENTORY")
+        text = fetch_podman(command, container_name(cfg.cluster_name,
+                                                           cfg.controller_name))
+        rows = usage_from_sacct(text, window_start, window_end,
+                                       "sacct on the local controller")
+    else:
+        rows = usage_from_sacct(fetch_local(command), window_start, window_end,
+                                       "sacct")
+    if as_csv:
+        sys.stdout.write(format_csv(rows, price_list))
+    else:
+        sys.stdout.write(format_text(rows, price_list, window_start, window_end))
+    return 0
