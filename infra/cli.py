@@ -99,41 +99,18 @@ def cmd_topology_from_file(args: argparse.Namespace) -> int:
 
 
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
-        by_id,
-    )
+    from infra.stack.config import config_summary
 
     cfg = load_stack_file(args.stack_file, "STACK_FILE")
-    slurm = by_id(cfg.os).slurm_release
-    pools = ", ".join(
-        f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
-        f"{p.gpu_count or 'no'} {p.gpu_type or ''} GPUs".replace("  ", " ")
-        for p in cfg.compute_pools)
-    say(f"{args.stack_file}: valid. cluster {cfg.cluster_name}, provider {cfg.provider}, "
-        f"os {cfg.os} (Slurm {slurm}), network {cfg.private_cidr}, "
-        f"controller {cfg.controller_name}, "
-        f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")
+    say(f"{args.stack_file}: valid. {config_summary(cfg)}")
     return 0
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
-    """Download the pinned wheels the nodes install offline (the e2e tests' own download)."""
     from infra.ops import wheelhouse
 
-    args.requirements = args.requirements or wheelhouse.DEFAULT_REQUIREMENTS
-    wheelhouse.check_inputs(args.requirements, args.dest)
-    python = wheelhouse.check_python(args.python) if args.python else wheelhouse.node_python(
-        load_stack_file(args.stack, "--stack", check_artifacts=False).os)
-    say(f"==> wheelhouse {args.dest}: the wheels of {args.requirements} for Python {python}")
-    fetched = wheelhouse.fill_wheelhouse(args.dest, python, args.requirements)
-    found = wheelhouse.wheels(args.dest)
-    size = sum(w.stat().st_size for w in found) / 2**20
-    say(f"    {len(found)} wheels, {size:.1f} MiB"
-        + ("" if fetched else " (already complete for these requirements: nothing downloaded)"))
-    say("copy it to shared storage on the cluster (e.g. /shared/wheelhouse), then build "
-        "offline: srun --nodes=1 --ntasks=1 env PIP_NO_INDEX=1 "
-        "PIP_FIND_LINKS=/shared/wheelhouse setup-train-env.sh")
-    return 0
+    return wheelhouse.build(args.dest, python=args.python, stack=args.stack,
+                            requirements=args.requirements)
 
 
 def cmd_report_usage(args: argparse.Namespace) -> int:

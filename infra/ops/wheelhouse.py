@@ -23,6 +23,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
     by_id,
 )
 
+from infra.ops.output import say
+from infra.stack.config import load_stack_file
 from infra.stack.inputs import InputError, read_text_argument
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -132,3 +134,23 @@ def fill_wheelhouse(dest: Path, python: str, requirements: Path = DEFAULT_REQUIR
 
 def wheels(dest: Path) -> list[Path]:
     return sorted(dest.glob("*.whl"))
+
+
+def build(dest: Path, *, python: str | None, stack: Path,
+          requirements: Path | None = None) -> int:
+    """``metalslurm wheelhouse``: the pinned wheels the nodes install offline (the e2e tests'
+    own download), for ``python`` or the stack's OS's Python."""
+    requirements = requirements or DEFAULT_REQUIREMENTS
+    check_inputs(requirements, dest)
+    python = check_python(python) if python else node_python(
+        load_stack_file(stack, "--stack", check_artifacts=False).os)
+    say(f"==> wheelhouse {dest}: the wheels of {requirements} for Python {python}")
+    fetched = fill_wheelhouse(dest, python, requirements)
+    found = wheels(dest)
+    size = sum(w.stat().st_size for w in found) / 2**20
+    say(f"    {len(found)} wheels, {size:.1f} MiB"
+        + ("" if fetched else " (already complete for these requirements: nothing downloaded)"))
+    say("copy it to shared storage on the cluster (e.g. /shared/wheelhouse), then build "
+        "offline: srun --nodes=1 --ntasks=1 env PIP_NO_INDEX=1 "
+        "PIP_FIND_LINKS=/shared/wheelhouse setup-train-env.sh")
+    return 0

@@ -28,6 +28,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     OS_IDS,
+    by_id,
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
@@ -666,3 +667,16 @@ def load_stack_file(path: str | Path, argument: str = "stack file",
                            argument, str(path))
     return parse_config(config, source=argument, base_dir=path.resolve().parent,
                         value=str(path), check_artifacts=check_artifacts)
+
+
+def config_summary(cfg: ClusterConfig) -> str:
+    """One line: cluster, provider, OS and its Slurm, network, controller, pools, partitions
+    (what ``metalslurm config validate`` prints for a valid stack)."""
+    pools = ", ".join(
+        f"{p.name}: {p.count}{f' + {p.elastic_count} elastic' if p.elastic_count else ''} x "
+        f"{p.gpu_count or 'no'} {p.gpu_type or ''} GPUs".replace("  ", " ")
+        for p in cfg.compute_pools)
+    return (f"cluster {cfg.cluster_name}, provider {cfg.provider}, "
+            f"os {cfg.os} (Slurm {by_id(cfg.os).slurm_release}), network {cfg.private_cidr}, "
+            f"controller {cfg.controller_name}, "
+            f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")
