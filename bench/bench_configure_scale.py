@@ -592,11 +592,24 @@ def other_cpu_seconds(run: Mapping[str, float]) -> float:
 
 def report(results: Mapping[str, Any], say: Callable[[str], None] = print) -> None:
     sizes = completed(results["sizes"])
-    settings = results["ansible"]
-    forks = settings["forks"]
     if not sizes:
         say("no size completed")
         return
+    report_table(results, sizes, say)
+    fitted = results.get("fits") or {}
+    if not fitted:
+        say("(one size: no line to fit)")
+        return
+    report_fits(results, fitted, say)
+    report_model(results, sizes, fitted, say)
+    report_growth(sizes, say)
+
+
+def report_table(results: Mapping[str, Any], sizes: Sequence[Mapping[str, Any]],
+                 say: Callable[[str], None]) -> None:
+    """One row per completed size, ratios to the smallest; then the sizes skipped or failed."""
+    settings = results["ansible"]
+    forks = settings["forks"]
     base = sizes[0]
     say(f"\nconfigure cost as nodes grow ({settings['strategy']}, forks {forks}, pipelining "
         f"{'on' if settings['pipelining'] else 'off'}; {results['host']['cores']} cores, "
@@ -626,10 +639,12 @@ def report(results: Mapping[str, Any], say: Callable[[str], None] = print) -> No
     for s in results["sizes"]:
         if s.get("skipped") or s.get("error"):
             say(f"N={s['nodes']}: {s.get('skipped') or s.get('error')}")
-    fitted = results.get("fits") or {}
-    if not fitted:
-        say("(one size: no line to fit)")
-        return
+
+
+def report_fits(results: Mapping[str, Any], fitted: Mapping[str, Mapping[str, float]],
+                say: Callable[[str], None]) -> None:
+    """The least-squares line of each series, and its value at EXTRAPOLATE_TO nodes."""
+    forks = results["ansible"]["forks"]
     say(f"\nleast-squares lines, seconds = a + b N, and their value at {EXTRAPOLATE_TO} nodes "
         f"(forks {forks}):")
     for key, label in (*SERIES, ("cold_ansible_cpu", "ansible CPU, cold"),
@@ -644,6 +659,12 @@ def report(results: Mapping[str, Any], say: Callable[[str], None] = print) -> No
         say(f"  {label:<26} a {f['intercept']:7.1f} s  b {f['slope']:6.2f} s/node  "
             f"r2 {f['r2']:.3f}  -> {f[f'at_{EXTRAPOLATE_TO}'] / 60:6.1f} min at "
             f"{EXTRAPOLATE_TO}")
+
+
+def report_model(results: Mapping[str, Any], sizes: Sequence[Mapping[str, Any]],
+                 fitted: Mapping[str, Mapping[str, float]], say: Callable[[str], None]) -> None:
+    """What the slopes mean: batches of forks, CPU, separate machines, per task step."""
+    forks = results["ansible"]["forks"]
     cores = results["host"]["cores"]
     smallest = sizes[0]
     say(f"\nthe model: with F = {forks} forks a task's hosts run in batches of F, so each node "
@@ -676,6 +697,10 @@ def report(results: Mapping[str, Any], say: Callable[[str], None] = print) -> No
                 f"skipped); each node adds {slope / steps * 1000:.0f} ms of wall time, "
                 f"{ctl / steps * 1000:.0f} ms of ansible CPU and {main / steps * 1000:.0f} ms "
                 "of its main process per step")
+
+
+def report_growth(sizes: Sequence[Mapping[str, Any]], say: Callable[[str], None]) -> None:
+    """The roles and tasks that grow most from the smallest size to the largest."""
     small, large = sizes[0], sizes[-1]
     if small["nodes"] == large["nodes"]:
         return
@@ -759,8 +784,7 @@ def _stop(signum: int, _frame: object) -> None:
     raise SystemExit(f"stopped by signal {signum}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _stop)  # the cluster in hand is removed on the way out
+def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_configure_scale",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_SIZES)),
@@ -776,49 +800,53 @@ def main(argv: list[str] | None = None) -> int:
                         help="the least host memory a size must be predicted to leave (GiB)")
     parser.add_argument("--replot", action="store_true",
                         help="only print the summary and plot of OUT/results.json")
-    args = parser.parse_args(argv)
-    results_file = args.out / "results.json"
-    if args.replot:
-        if not results_file.is_file():
-            parser.error(f"--replot: no {results_file}; run the bench first")
-        saved = json.loads(results_file.read_text())
-        saved["fits"] = fits(saved["sizes"])
-        report(saved)
-        if args.plot:
-            plot(saved, args.plot)
-            print(f"plot: {args.plot}")
-        return 0
-    try:
-        sizes = parse_sizes(args.nodes)
-    except ValueError as exc:
-        parser.error(str(exc))
-    args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "revision": git_revision(), "ansible": ansible_settings(),
-        "host": {"cores": os.cpu_count(), "mem_gib": round(mem_total_gib(), 1)},
-        "sizes": []}
-    print(f"configure scale: N = {', '.join(map(str, sizes))}; ansible {results['ansible']}; "
-          f"results in {results_file}", flush=True)
+    return parser, parser.parse_args(argv)
+
+
+def replot(results_file: Path, plot_path: Path | None) -> int:
+    """The summary and plot of a saved results.json, its lines fitted again."""
+    saved = json.loads(results_file.read_text())
+    saved["fits"] = fits(saved["sizes"])
+    report(saved)
+    if plot_path:
+        plot(saved, plot_path)
+        print(f"plot: {plot_path}")
+    return 0
+
+
+def too_big(results: Mapping[str, Any], n: int, args: argparse.Namespace) -> str | None:
+    """Why size ``n`` is not run (the host memory predicted from the sizes before it), or
+    None."""
+    done = completed(results["sizes"])
+    during = predict_host_gib([(s["nodes"], host_cost_gib(s)) for s in done], n)
+    nodes = predict_host_gib(
+        [(s["nodes"], s["memory"]["total_working_set_mib"] / 1024) for s in done], n)
+    available = mem_available_gib()
+    if during is None or nodes is None:
+        return None
+    need = max(during, nodes)
+    print(f"N={n}: predicted host memory {during:.1f} GiB at the worst moment of the cold "
+          f"configure, {nodes:.1f} GiB in the node containers after it; "
+          f"{available:.1f} GiB available now", flush=True)
+    if need > args.budget_gib or available - need < args.reserve_gib:
+        return (f"predicted {need:.1f} GiB (budget {args.budget_gib:.0f} GiB), which "
+                f"would leave {available - need:.1f} GiB available (reserve "
+                f"{args.reserve_gib:.0f} GiB); fitted to the sizes measured before it")
+    return None
+
+
+def run_sizes(results: dict[str, Any], sizes: Sequence[int], args: argparse.Namespace,
+              results_file: Path) -> int:
+    """Each size in turn, results.json written after each; stops before a size predicted
+    too big and after one that fails, or after the size that follows one that did not
+    converge."""
     rc = 0
     for n in sizes:
-        done = completed(results["sizes"])
-        during = predict_host_gib([(s["nodes"], host_cost_gib(s)) for s in done], n)
-        nodes = predict_host_gib(
-            [(s["nodes"], s["memory"]["total_working_set_mib"] / 1024) for s in done], n)
-        available = mem_available_gib()
-        if during is not None and nodes is not None:
-            need = max(during, nodes)
-            print(f"N={n}: predicted host memory {during:.1f} GiB at the worst moment of the cold "
-                  f"configure, {nodes:.1f} GiB in the node containers after it; "
-                  f"{available:.1f} GiB available now", flush=True)
-            if need > args.budget_gib or available - need < args.reserve_gib:
-                why = (f"predicted {need:.1f} GiB (budget {args.budget_gib:.0f} GiB), which "
-                       f"would leave {available - need:.1f} GiB available (reserve "
-                       f"{args.reserve_gib:.0f} GiB); fitted to the sizes measured before it")
-                print(f"N={n}: not run: {why}", flush=True)
-                results["sizes"].append({"nodes": n, "skipped": why})
-                break
+        why = too_big(results, n, args)
+        if why:
+            print(f"N={n}: not run: {why}", flush=True)
+            results["sizes"].append({"nodes": n, "skipped": why})
+            break
         print(f"N={n}:", flush=True)
         row: dict[str, Any] = {"nodes": n}
         results["sizes"].append(row)
@@ -837,6 +865,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"N={n}: the converged configure changed {row['converged']['changed']} "
                   "task(s): not converged", flush=True)
             rc = 1
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop)  # the cluster in hand is removed on the way out
+    parser, args = parse_args(argv)
+    results_file = args.out / "results.json"
+    if args.replot:
+        if not results_file.is_file():
+            parser.error(f"--replot: no {results_file}; run the bench first")
+        return replot(results_file, args.plot)
+    try:
+        sizes = parse_sizes(args.nodes)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "revision": git_revision(), "ansible": ansible_settings(),
+        "host": {"cores": os.cpu_count(), "mem_gib": round(mem_total_gib(), 1)},
+        "sizes": []}
+    print(f"configure scale: N = {', '.join(map(str, sizes))}; ansible {results['ansible']}; "
+          f"results in {results_file}", flush=True)
+    rc = run_sizes(results, sizes, args, results_file)
     report(results)
     if args.plot and completed(results["sizes"]):
         plot(results, args.plot)

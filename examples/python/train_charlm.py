@@ -38,8 +38,12 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import jax
 
 CHECKPOINT_RE = re.compile(r"^step-(\d{8})\.npz$")
 
@@ -106,6 +110,198 @@ def digest(leaves: list[np.ndarray]) -> str:
     return h.hexdigest()[:16]
 
 
+def read_tokens(path: str) -> tuple[list[str], np.ndarray]:
+    """The text's characters (the vocabulary, sorted) and the text as their indices."""
+    text = Path(path).read_text(encoding="utf-8")
+    vocab = sorted(set(text))
+    index = {c: i for i, c in enumerate(vocab)}
+    return vocab, np.fromiter((index[c] for c in text), dtype=np.int32, count=len(text))
+
+
+class Model:
+    """The previous T characters, embedded (E), through one tanh layer (H), to the next
+    character's logits (V); each step an Adam update with learning rate ``lr``."""
+
+    def __init__(self, vocab: int, context: int, embed: int, hidden: int, lr: float) -> None:
+        self.V, self.T, self.E, self.H, self.lr = vocab, context, embed, hidden, lr
+
+    def init_params(self, key: jax.Array) -> dict[str, jax.Array]:
+        import jax
+        import jax.numpy as jnp
+
+        V, T, E, H = self.V, self.T, self.E, self.H
+        k1, k2, k3 = jax.random.split(key, 3)
+        return {"embed": jax.random.normal(k1, (V, E)) * 0.1,
+                "w1": jax.random.normal(k2, (T * E, H)) / np.sqrt(T * E), "b1": jnp.zeros(H),
+                "w2": jax.random.normal(k3, (H, V)) / np.sqrt(H), "b2": jnp.zeros(V)}
+
+    def loss(self, params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
+        import jax
+        import jax.numpy as jnp
+
+        h = params["embed"][x].reshape(x.shape[0], self.T * self.E)
+        h = jnp.tanh(h @ params["w1"] + params["b1"])
+        logits = h @ params["w2"] + params["b2"]
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def train_step(self, params, m, v, step, x, y, stop_flags):  # type: ignore[no-untyped-def]
+        import jax
+        import jax.numpy as jnp
+
+        # x, y hold every process's batch (sharded by rank): the mean loss and its
+        # gradients are over the global batch, so XLA all-reduces the gradients.
+        loss, grads = jax.value_and_grad(self.loss)(params, x, y)
+        b1, b2, t = 0.9, 0.999, step.astype(jnp.float32)
+        m = jax.tree.map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
+        v = jax.tree.map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
+        params = jax.tree.map(
+            lambda p, m_, v_: p - self.lr * (m_ / (1 - b1 ** t))
+            / (jnp.sqrt(v_ / (1 - b2 ** t)) + 1e-8), params, m, v)
+        # Any rank signalled: every rank stops after this same step, with the same signal
+        # (the highest number: SIGTERM, 15, over SIGUSR1, 10).
+        return params, m, v, loss, jnp.max(stop_flags)
+
+
+class Trainer:
+    """This process's part of the run: the model's state (parameters and Adam's moments),
+    replicated on every process; the batches, sharded by rank; the checkpoints, written by
+    rank 0."""
+
+    def __init__(self, args: argparse.Namespace, model: Model, tokens: np.ndarray,
+                 shardings: tuple[Any, Any]) -> None:
+        import jax
+
+        self.args, self.model, self.tokens = args, model, tokens
+        self.rank, self.world = jax.process_index(), jax.process_count()
+        self.replicated, self.by_rank = shardings
+        self.step_fn = jax.jit(model.train_step, out_shardings=(self.replicated,) * 5)
+        self.ckpt_dir = Path(args.checkpoint_dir)
+        self.start = 0
+        self.began = 0.0  # from the end of the first step: its time is mostly compiling
+        self.params: dict[str, jax.Array] = {}
+        self.m: dict[str, jax.Array] = {}
+        self.v: dict[str, jax.Array] = {}
+
+    def to_global(self, tree: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        import jax
+
+        return {k: jax.make_array_from_process_local_data(self.replicated, np.asarray(a))
+                for k, a in tree.items()}
+
+    @staticmethod
+    def to_host(tree: dict[str, jax.Array]) -> dict[str, np.ndarray]:
+        return {k: np.asarray(a.addressable_data(0)) for k, a in tree.items()}
+
+    def resume(self) -> None:
+        """From the newest checkpoint, or from fresh parameters; rank 0 says which."""
+        import jax
+        from jax.experimental import multihost_utils
+
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        # Rank 0 picks the checkpoint and every rank loads that one, even if a newer one
+        # appeared meanwhile.
+        found = newest_checkpoint(self.ckpt_dir) if self.rank == 0 else None
+        start = int(multihost_utils.broadcast_one_to_all(np.int64(found[0] if found else 0)))
+        why = None
+        if start:
+            with np.load(self.ckpt_dir / f"step-{start:08d}.npz") as saved:
+                host = {k: saved[k] for k in saved.files}
+            why = str(host.pop("why", "periodic"))
+            self.params, self.m, self.v = (
+                self.to_global({k[2:]: a for k, a in host.items() if k.startswith(prefix)})
+                for prefix in ("p/", "m/", "v/"))
+        else:
+            self.params = self.to_global({k: np.asarray(a) for k, a in self.model.init_params(
+                jax.random.key(self.args.seed)).items()})
+            self.m = self.to_global({k: np.zeros(a.shape, np.float32)
+                                     for k, a in self.params.items()})
+            self.v = self.to_global({k: np.zeros(a.shape, np.float32)
+                                     for k, a in self.params.items()})
+        self.start = start
+        if self.rank == 0:
+            emit(event="start", resumed_from=start, checkpoint=why, world=self.world,
+                 vocab=self.model.V, characters=len(self.tokens),
+                 restart_count=int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+                 job=os.environ.get("SLURM_JOB_ID"), hosts=os.environ.get("SLURM_JOB_NODELIST"))
+
+    def batch(self, step: int) -> tuple[jax.Array, jax.Array]:
+        import jax
+
+        # Depends on (seed, step, rank) only: a resumed run sees the batches it would have.
+        T = self.model.T
+        rng = np.random.default_rng([self.args.seed, step, self.rank])
+        starts = rng.integers(0, len(self.tokens) - T - 1, size=self.args.batch)
+        x = np.stack([self.tokens[s:s + T] for s in starts])
+        y = self.tokens[starts + T]
+        return (jax.make_array_from_process_local_data(self.by_rank, x),
+                jax.make_array_from_process_local_data(self.by_rank, y))
+
+    def rate(self, step: int) -> float | None:
+        """Steps per second since the end of this run's first step (checkpoints included)."""
+        elapsed = time.monotonic() - self.began
+        return (round((step - self.start - 1) / elapsed, 2)
+                if step > self.start + 1 and elapsed else None)
+
+    def checkpoint(self, step: int, why: str = "periodic") -> None:
+        from jax.experimental import multihost_utils
+
+        if self.rank == 0:
+            arrays = {**{f"p/{k}": a for k, a in self.to_host(self.params).items()},
+                      **{f"m/{k}": a for k, a in self.to_host(self.m).items()},
+                      **{f"v/{k}": a for k, a in self.to_host(self.v).items()}}
+            save_checkpoint(self.ckpt_dir, step, arrays, self.args.keep, why)
+            emit(event="checkpoint", step=step, why=why)
+        multihost_utils.sync_global_devices(f"checkpoint {step}")
+
+    def train(self, step: int, signalled: int) -> int:
+        """One step on every rank; the signal any rank had (0: none)."""
+        import jax
+        import jax.numpy as jnp
+
+        args = self.args
+        x, y = self.batch(step)
+        flags = jax.make_array_from_process_local_data(
+            self.by_rank, np.array([signalled], np.int32))
+        self.params, self.m, self.v, loss, stop_any = self.step_fn(
+            self.params, self.m, self.v, jnp.int32(step), x, y, flags)
+        if step == self.start + 1:
+            emit(event="params", rank=self.rank, step=step,
+                 sha256=digest(list(self.to_host(self.params).values())))
+            self.began = time.monotonic()
+        if self.rank == 0 and (step % args.log_every == 0
+                               or step in (self.start + 1, args.steps)):
+            emit(event="step", step=step, loss=round(float(loss.addressable_data(0)), 4),
+                 steps_per_s=self.rate(step))
+        return int(stop_any.addressable_data(0))
+
+    def stopped(self, step: int, signum: int) -> int:
+        """The exit code after a stop by ``signum`` (its checkpoint written)."""
+        import jax
+
+        name = signal.Signals(signum).name
+        if self.rank == 0:
+            if signum == signal.SIGUSR1 and self.args.stop_record:
+                record_stop(self.args.stop_record, step, name)
+            emit(event="stopped", step=step, signal=name)
+        jax.distributed.shutdown()
+        # SIGTERM: 143, like a process it killed (requeue, preemption: Slurm goes on as
+        # it decided). SIGUSR1: 0 on every rank, the stop is in --stop-record; a
+        # non-zero exit would make srun kill the ranks still shutting down. The next
+        # run resumes at step + 1.
+        return 128 + signum if signum == signal.SIGTERM else 0
+
+    def finished(self, step: int) -> int:
+        import jax
+
+        emit(event="params", rank=self.rank, step=step,
+             sha256=digest(list(self.to_host(self.params).values())))
+        if self.rank == 0:
+            emit(event="end", step=step, steps_per_s=self.rate(step))
+        jax.distributed.shutdown()
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = {"signal": 0}
@@ -117,8 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, on_signal)
 
     import jax
-    import jax.numpy as jnp
-    from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -126,145 +320,30 @@ def main(argv: list[str] | None = None) -> int:
     # the stop flag below does its job, for SIGUSR1 too.
     jax.config.update("jax_enable_preemption_service", False)
     jax.distributed.initialize()
-    rank, world = jax.process_index(), jax.process_count()
     # Auto: XLA decides where the gradients are reduced (jax.make_mesh's default, Explicit,
     # wants every intermediate's sharding spelled out).
     mesh = jax.make_mesh((jax.device_count(),), ("data",),
                          axis_types=(jax.sharding.AxisType.Auto,))
-    replicated, by_rank = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    shardings = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
 
-    text = Path(args.data).read_text(encoding="utf-8")
-    vocab = sorted(set(text))
-    index = {c: i for i, c in enumerate(vocab)}
-    tokens = np.fromiter((index[c] for c in text), dtype=np.int32, count=len(text))
+    vocab, tokens = read_tokens(args.data)
     if len(tokens) <= args.context + 1:
         print(f"train_charlm: {args.data} has {len(tokens)} characters, it needs more than "
               f"{args.context + 1}", file=sys.stderr)
         return 2
-    V, T, E, H = len(vocab), args.context, args.embed, args.hidden
-
-    def init_params(key: jax.Array) -> dict[str, jax.Array]:
-        k1, k2, k3 = jax.random.split(key, 3)
-        return {"embed": jax.random.normal(k1, (V, E)) * 0.1,
-                "w1": jax.random.normal(k2, (T * E, H)) / np.sqrt(T * E), "b1": jnp.zeros(H),
-                "w2": jax.random.normal(k3, (H, V)) / np.sqrt(H), "b2": jnp.zeros(V)}
-
-    def loss_fn(params: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
-        h = params["embed"][x].reshape(x.shape[0], T * E)
-        h = jnp.tanh(h @ params["w1"] + params["b1"])
-        logits = h @ params["w2"] + params["b2"]
-        logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
-    def train_step(params, m, v, step, x, y, stop_flags):  # type: ignore[no-untyped-def]
-        # x, y hold every process's batch (sharded by rank): the mean loss and its
-        # gradients are over the global batch, so XLA all-reduces the gradients.
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        b1, b2, t = 0.9, 0.999, step.astype(jnp.float32)
-        m = jax.tree.map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
-        v = jax.tree.map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
-        params = jax.tree.map(
-            lambda p, m_, v_: p - args.lr * (m_ / (1 - b1 ** t))
-            / (jnp.sqrt(v_ / (1 - b2 ** t)) + 1e-8), params, m, v)
-        # Any rank signalled: every rank stops after this same step, with the same signal
-        # (the highest number: SIGTERM, 15, over SIGUSR1, 10).
-        return params, m, v, loss, jnp.max(stop_flags)
-
-    step_fn = jax.jit(train_step, out_shardings=(replicated,) * 5)
-
-    def to_global(tree: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        return {k: jax.make_array_from_process_local_data(replicated, np.asarray(a))
-                for k, a in tree.items()}
-
-    def to_host(tree: dict[str, jax.Array]) -> dict[str, np.ndarray]:
-        return {k: np.asarray(a.addressable_data(0)) for k, a in tree.items()}
-
-    ckpt_dir = Path(args.checkpoint_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    # Rank 0 picks the checkpoint and every rank loads that one, even if a newer one
-    # appeared meanwhile.
-    found = newest_checkpoint(ckpt_dir) if rank == 0 else None
-    start = int(multihost_utils.broadcast_one_to_all(np.int64(found[0] if found else 0)))
-    why = None
-    if start:
-        with np.load(ckpt_dir / f"step-{start:08d}.npz") as saved:
-            host = {k: saved[k] for k in saved.files}
-        why = str(host.pop("why", "periodic"))
-        params = to_global({k[2:]: a for k, a in host.items() if k.startswith("p/")})
-        m = to_global({k[2:]: a for k, a in host.items() if k.startswith("m/")})
-        v = to_global({k[2:]: a for k, a in host.items() if k.startswith("v/")})
-    else:
-        params = to_global({k: np.asarray(a) for k, a in
-                            init_params(jax.random.key(args.seed)).items()})
-        m = to_global({k: np.zeros(a.shape, np.float32) for k, a in params.items()})
-        v = to_global({k: np.zeros(a.shape, np.float32) for k, a in params.items()})
-    if rank == 0:
-        emit(event="start", resumed_from=start, checkpoint=why, world=world, vocab=V,
-             characters=len(tokens),
-             restart_count=int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-             job=os.environ.get("SLURM_JOB_ID"), hosts=os.environ.get("SLURM_JOB_NODELIST"))
-
-    def batch(step: int) -> tuple[jax.Array, jax.Array]:
-        # Depends on (seed, step, rank) only: a resumed run sees the batches it would have.
-        rng = np.random.default_rng([args.seed, step, rank])
-        starts = rng.integers(0, len(tokens) - T - 1, size=args.batch)
-        x = np.stack([tokens[s:s + T] for s in starts])
-        y = tokens[starts + T]
-        return (jax.make_array_from_process_local_data(by_rank, x),
-                jax.make_array_from_process_local_data(by_rank, y))
-
-    def rate(step: int) -> float | None:
-        """Steps per second since the end of this run's first step (checkpoints included)."""
-        elapsed = time.monotonic() - began
-        return round((step - start - 1) / elapsed, 2) if step > start + 1 and elapsed else None
-
-    def checkpoint(step: int, why: str = "periodic") -> None:
-        if rank == 0:
-            arrays = {**{f"p/{k}": a for k, a in to_host(params).items()},
-                      **{f"m/{k}": a for k, a in to_host(m).items()},
-                      **{f"v/{k}": a for k, a in to_host(v).items()}}
-            save_checkpoint(ckpt_dir, step, arrays, args.keep, why)
-            emit(event="checkpoint", step=step, why=why)
-        multihost_utils.sync_global_devices(f"checkpoint {step}")
-
-    step = start
-    began = 0.0  # from the end of the first step: its time is mostly compiling
+    model = Model(len(vocab), args.context, args.embed, args.hidden, args.lr)
+    run = Trainer(args, model, tokens, shardings)
+    run.resume()
+    step = run.start
     while step < args.steps:
         step += 1
-        x, y = batch(step)
-        flags = jax.make_array_from_process_local_data(
-            by_rank, np.array([stop["signal"]], np.int32))
-        params, m, v, loss, stop_any = step_fn(params, m, v, jnp.int32(step), x, y, flags)
-        if step == start + 1:
-            emit(event="params", rank=rank, step=step,
-                 sha256=digest(list(to_host(params).values())))
-            began = time.monotonic()
-        if rank == 0 and (step % args.log_every == 0 or step in (start + 1, args.steps)):
-            emit(event="step", step=step, loss=round(float(loss.addressable_data(0)), 4),
-                 steps_per_s=rate(step))
-        signum = int(stop_any.addressable_data(0))
-        stopping = signum != 0
-        if stopping:
-            checkpoint(step, signal.Signals(signum).name)
-        elif step % args.checkpoint_every == 0 or step == args.steps:
-            checkpoint(step)
-        if stopping:
-            name = signal.Signals(signum).name
-            if rank == 0:
-                if signum == signal.SIGUSR1 and args.stop_record:
-                    record_stop(args.stop_record, step, name)
-                emit(event="stopped", step=step, signal=name)
-            jax.distributed.shutdown()
-            # SIGTERM: 143, like a process it killed (requeue, preemption: Slurm goes on as
-            # it decided). SIGUSR1: 0 on every rank, the stop is in --stop-record; a
-            # non-zero exit would make srun kill the ranks still shutting down. The next
-            # run resumes at step + 1.
-            return 128 + signum if signum == signal.SIGTERM else 0
-    emit(event="params", rank=rank, step=step, sha256=digest(list(to_host(params).values())))
-    if rank == 0:
-        emit(event="end", step=step, steps_per_s=rate(step))
-    jax.distributed.shutdown()
-    return 0
+        signum = run.train(step, stop["signal"])
+        if signum:
+            run.checkpoint(step, signal.Signals(signum).name)
+            return run.stopped(step, signum)
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            run.checkpoint(step)
+    return run.finished(step)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import shlex
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,14 +77,12 @@ from infra.accept.verdicts import (
     judge_check,
     read_history_text,
 )
+from infra.stack.accept import LEVELS, LOCAL_DIR, GateSettings
 
 RESERVATION_PREFIX = "metalslurm-accept"
-LEVELS = {"quick": 2, "full": 3}
 TIMED_OUT = {124, 137}  # timeout(1)'s status, and a KILL at its limit
 HEALTH_TIMEOUT = 120  # the node script's limit on each metalslurm-health run
-# The gate's own directory on the controller (the history) and on each node (runs/<run>/:
-# the jobs' results): on the machine's own disk, under root's /var/lib, mode 0700.
-LOCAL_DIR = "/var/lib/metalslurm/accept"
+# The history, on the controller's own disk (LOCAL_DIR: infra/stack/accept.py).
 HISTORY_PATH = f"{LOCAL_DIR}/history.jsonl"
 READ_TRIES = 10  # a Slurm read that fails is tried again this often, the poll interval apart
 COLLECT_TIMEOUT = 900  # s: srun reading results back waits for its nodes (a resume at worst)
@@ -95,58 +93,8 @@ UNREACHABLE = ("down", "fail", "drain")
 # Slurm requeued it held, or someone held it. The gate cancels it; its tests did not run.
 HELD = re.compile(r"launch failed requeued held|JobHeld|held", re.IGNORECASE)
 
-# Defaults, each with where it comes from. A floor is per GPU type (the NCCL tests) or per
-# HCA type (ib_write_bw); a type without a floor is judged against the fleet only.
-DEFAULT_THRESHOLDS: dict[str, dict[str, dict[str, float]]] = {
-    "gpu": {
-        "h100": {
-            # Azure azurehpc-health-checks, conf/nd96isr_h100_v5.conf:
-            # check_nccl_allreduce 460.0 1 16G (all_reduce bus bandwidth at 16 GiB).
-            "nccl_1node": 460.0,
-            # Two nodes over 8 x NDR 400 Gb/s (400 GB/s of line rate a node): 85 % of it, the
-            # lowest 2-node 16 GiB figure of the published H100 runs in tests/fixtures/accept
-            # being 464 GB/s with NVLS. This project's choice, not an anchor's.
-            "nccl_pair": 340.0,
-        },
-    },
-    "hca": {
-        # Azure azurehpc-health-checks, check_ib_bw_gdr 380: ib_write_bw with GPUDirect,
-        # 8 MiB messages, Gb/s per NDR port.
-        "ndr": {"ib_write_bw": 380.0},
-    },
-}
-
-
 class GateError(RuntimeError):
     """The gate cannot run or go on (the message says what to do)."""
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    # The roles' part (slurm_compute, nvidia_gpu): a node that registers for the first
-    # time, or that was rebooted onto a new NVIDIA driver, is drained with the gate's prefix
-    # and waits for a run of 'metalslurm accept'.
-    gate: bool = False
-    level: str = "quick"
-    history_days: int = 90
-    fleet_fraction: float = 0.10
-    min_samples: int = 3
-    max_rounds: int = 4
-    hca_type: str = "ndr"
-    hcas: tuple[str, ...] = ()  # HCA ports to test; empty: the node's /sys/class/infiniband
-    gpudirect: bool = True
-    # Where the jobs find the tools before $PATH: nccl-tests builds into its build/.
-    path: tuple[str, ...] = ("/opt/nccl-tests/build",)
-    timeouts: Mapping[str, int] = field(default_factory=lambda: {
-        "dcgm": 1800, "nccl": 600, "ib_write_bw": 120})
-    thresholds: Mapping[str, Mapping[str, Mapping[str, float]]] = field(
-        default_factory=lambda: DEFAULT_THRESHOLDS)
-
-    def floor(self, test: str, hardware: str) -> float | None:
-        kind = "hca" if test.startswith("ib_write_bw") else "gpu"
-        value = self.thresholds.get(kind, {}).get(hardware, {}).get(
-            "ib_write_bw" if kind == "hca" else test)
-        return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

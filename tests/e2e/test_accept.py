@@ -30,7 +30,7 @@ from tests import accept_standins
 from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 
 NODES = ("gpu-001", "gpu-002", "gpu-003", "gpu-004")
-LOCAL = "/var/lib/metalslurm/accept"  # infra/accept/gate.py's LOCAL_DIR, on each machine
+LOCAL = "/var/lib/metalslurm/accept"  # infra/stack/accept.py's LOCAL_DIR, on each machine
 HISTORY = f"{LOCAL}/history.jsonl"  # on the controller
 OLD = "/shared/metalslurm/accept"  # where the gate kept its files before: users can write it
 MARKER = "/var/lib/metalslurm/registered"  # roles/slurm_compute: the node has registered

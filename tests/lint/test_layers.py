@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 from tests.paths import REPO
 
 INFRA = REPO / "infra"
@@ -38,13 +36,6 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Third-party Pulumi packages: only the Pulumi layer imports them.
 PULUMI_PACKAGES = ("pulumi", "pulumi_command", "pulumi_random", "pulumi_oci")
-# Imports against the direction that are on their way out, each with why. An entry that is
-# no longer needed fails the test, so the list only shrinks.
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("infra.stack.accept", "infra.accept.gate"):
-        "the accept section's parser still takes GateSettings and the gate's levels from the "
-        "runner; they move into infra/stack/accept.py",
-}
 
 
 def module_name(path: Path) -> str:
@@ -112,8 +103,6 @@ def violations() -> list[str]:
             other = layer(target)
             if other == own or other in ALLOWED[own]:
                 continue
-            if (module, target) in KNOWN_EXCEPTIONS:
-                continue
             found.append(f"{modules()[module].relative_to(REPO)}:{line}: {own} imports "
                          f"{target} ({other}); {own} may import "
                          f"{', '.join(sorted(ALLOWED[own])) or 'nothing else in infra/'}")
@@ -161,13 +150,6 @@ def test_every_module_is_in_a_layer():
 
 def test_imports_point_down_the_layers():
     assert not violations(), "\n".join(violations())
-
-
-@pytest.mark.parametrize("edge", sorted(KNOWN_EXCEPTIONS), ids="->".join)
-def test_a_known_exception_is_still_needed(edge):
-    module, target = edge
-    assert target in graph().get(module, {}), (
-        f"{module} no longer imports {target}: remove it from KNOWN_EXCEPTIONS")
 
 
 def test_only_the_pulumi_layer_imports_pulumi():

@@ -27,18 +27,17 @@ from infra.accept.gate import (
     COLLECT_PROGRAM,
     HISTORY_PATH,
     HISTORY_PROGRAM,
-    LOCAL_DIR,
     NODE_SCRIPT,
     PAIR_SCRIPT,
     READ_TRIES,
     Gate,
     GateError,
     GateNode,
-    GateSettings,
     read_collected,
 )
 from infra.accept.remote import RemoteError
 from infra.accept.verdicts import Verdict
+from infra.stack.accept import LOCAL_DIR, GateSettings
 from tests import accept_standins
 from tests.paths import REPO
 
@@ -160,7 +159,6 @@ class FakeController:
                        for line in lines if line is not None)
 
     def answer(self, command: str, stdin: str | None) -> subprocess.CompletedProcess[str]:
-        out = ""
         words = shlex.split(command)
         if self.failing.get(words[0], 0) > 0:
             self.failing[words[0]] -= 1
@@ -168,25 +166,49 @@ class FakeController:
         if self.interrupt and self.interrupt in command:
             self.interrupt = None
             raise KeyboardInterrupt
-        if command.startswith("sinfo") and "--nodes=" in command:
-            names = re.search(r"--nodes=(\S+)", command).group(1).split(",")
-            out = "".join(f"{n}|{self.states[n][0]}|{self.states[n][1]}\n" for n in names
-                          if n in self.states)
-        elif command.startswith("sinfo"):
-            out = "".join(f"{n}|{r}\n" for n, (_s, r) in self.states.items())
-        elif command.startswith("squeue"):
+        if command.startswith("python3 -c"):
+            return self.program(words, stdin)
+        return subprocess.CompletedProcess(command, 0, self.output(command, words, stdin), "")
+
+    def output(self, command: str, words: list[str], stdin: str | None) -> str:
+        """What a Slurm command prints, its effect made on the fake cluster."""
+        if command.startswith("sinfo"):
+            return self.sinfo(command)
+        if command.startswith("squeue"):
             out = "".join(f"{j}|PENDING|{self.held[j]}\n" if j in self.held
                           else f"{j}|RUNNING|None\n"
                           for j, polls in self.listed.items() if polls > 0)
             self.listed = {j: polls - 1 for j, polls in self.listed.items()}
-        elif command.startswith("scancel ") and not command.startswith("scancel --res"):
+            return out
+        if command.startswith("scancel ") and not command.startswith("scancel --res"):
             self.listed.pop(words[1], None)
-        elif command.startswith("scontrol show reservation"):
-            out = "".join(f"ReservationName={r} StartTime=2026-11-26T00:00:00 "
-                          f"EndTime=Unknown Nodes={hostlist.collect_hostlist(nodes)} "
-                          f"NodeCnt={len(nodes)} Flags=MAINT,IGNORE_JOBS\n"
-                          for r, nodes in self.reservations.items())
-        elif command.startswith("scontrol create reservation"):
+            return ""
+        if command.startswith("scontrol "):
+            return self.scontrol(command, words)
+        if command.startswith("sbatch"):
+            self.scripts.append(stdin or "")
+            return self.sbatch(words, stdin or "") + "\n"
+        if command.startswith("srun"):
+            return self.collect(words)
+        if command.startswith("scancel --reservation="):
+            return ""
+        raise AssertionError(f"the fake controller does not know {command!r}")
+
+    def sinfo(self, command: str) -> str:
+        if "--nodes=" in command:
+            names = re.search(r"--nodes=(\S+)", command).group(1).split(",")
+            return "".join(f"{n}|{self.states[n][0]}|{self.states[n][1]}\n" for n in names
+                           if n in self.states)
+        return "".join(f"{n}|{r}\n" for n, (_s, r) in self.states.items())
+
+    def scontrol(self, command: str, words: list[str]) -> str:
+        """Reservations shown, created, updated and deleted; nodes drained and resumed."""
+        if command.startswith("scontrol show reservation"):
+            return "".join(f"ReservationName={r} StartTime=2026-11-26T00:00:00 "
+                           f"EndTime=Unknown Nodes={hostlist.collect_hostlist(nodes)} "
+                           f"NodeCnt={len(nodes)} Flags=MAINT,IGNORE_JOBS\n"
+                           for r, nodes in self.reservations.items())
+        if command.startswith("scontrol create reservation"):
             name = re.search(r"reservationname=(\S+)", command).group(1)
             self.reservations[name] = re.search(r"nodes=(\S+)", command).group(1).split(",")
         elif command.startswith("scontrol update reservationname="):
@@ -199,16 +221,9 @@ class FakeController:
             for name in words[2].split("=", 1)[1].split(","):
                 self.states[name] = (("idle", "none") if state == "resume"
                                      else ("drained", words[4].split("=", 1)[1]))
-        elif command.startswith("sbatch"):
-            self.scripts.append(stdin or "")
-            out = self.sbatch(words, stdin or "") + "\n"
-        elif command.startswith("srun"):
-            out = self.collect(words)
-        elif command.startswith("python3 -c"):
-            return self.program(words, stdin)
-        elif not command.startswith("scancel --reservation="):
+        else:
             raise AssertionError(f"the fake controller does not know {command!r}")
-        return subprocess.CompletedProcess(command, 0, out, "")
+        return ""
 
     def run(self, command: str, check: bool = True, timeout: float = 120,
             stdin: str | None = None) -> subprocess.CompletedProcess[str]:

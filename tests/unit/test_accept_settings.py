@@ -199,3 +199,34 @@ def test_any_value_at_any_key_is_taken_or_refused_naming_the_key(key):
                 settings({key: nested})
             except InputError as exc:
                 assert f"metalslurm_accept.{key}" in str(exc)
+
+
+def test_config_validate_lists_the_gates_problems_with_the_other_sections(tmp_path, capsys):
+    """Two bad gate settings and a bad health setting: all three in one list, one pass."""
+    doc = yaml.safe_load((REPO / "Pulumi.example-local.yaml").read_text())
+    doc["config"]["metalslurm:accept"] = {"gate": "yes", "maxRounds": 1}
+    doc["config"]["metalslurm:health"] = {"checkTimeout": 0}
+    stack_file = tmp_path / "Pulumi.bad.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    assert main(["config", "validate", str(stack_file)]) == 2
+    err = capsys.readouterr().err
+    assert "3 problem(s):\n" in err, err
+    assert "\n  - metalslurm:accept.gate: is 'yes'; give true" in err
+    assert ("\n  - metalslurm:accept.maxRounds: is 1; the pairing needs 2 rounds to name a "
+            "bad node") in err
+    assert "\n  - metalslurm:health.checkTimeout: must be at least 1, got 0" in err
+
+
+def test_every_bad_inventory_setting_is_named_at_once():
+    with pytest.raises(InputError) as caught:
+        settings({"gate": "yes", "colour": "red", "timeouts": {"nccl": -5, "hpl": 5},
+                  "thresholds": {"gpu": {"h100": {"nccl_1node": 0}}}})
+    said = str(caught.value)
+    assert said.startswith("--inventory: 5 problem(s):\n"), said
+    for line in ("metalslurm_accept.gate is 'yes'; give true",
+                 "metalslurm_accept.colour is not a setting",
+                 "metalslurm_accept.timeouts.nccl is -5; give a whole number above 0",
+                 "metalslurm_accept.timeouts.hpl is not a tool",
+                 "metalslurm_accept.thresholds.gpu.h100.nccl_1node is 0; give a number above 0"):
+        assert f"\n  - {line}" in said, said
+

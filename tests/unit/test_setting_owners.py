@@ -331,9 +331,9 @@ LITERAL_DEFAULTS = [
     ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.container_toolkit",
      "infra.stack.gpu:GpuSettings", "container_toolkit"),
     ("roles/slurm_compute/vars/main.yml", "(metalslurm_accept | default({})).gate",
-     "infra.accept.gate:GateSettings", "gate"),
+     "infra.stack.accept:GateSettings", "gate"),
     ("roles/nvidia_gpu/vars/main.yml", "(metalslurm_accept | default({})).gate",
-     "infra.accept.gate:GateSettings", "gate"),
+     "infra.stack.accept:GateSettings", "gate"),
 ]
 
 

@@ -99,31 +99,26 @@ def load_config(path: str | os.PathLike[str]) -> PowerConfig:
     return parse_config(raw, str(path))
 
 
-def parse_config(raw: Any, source: str = "config") -> PowerConfig:
-    problems: list[str] = []
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: must be a mapping, got {type(raw).__name__}")
-    log_file = Path(raw.get("log_file") or "/var/log/slurm/metalslurm-power.log")
-    state_file = Path(raw.get("state_file") or log_file.with_suffix(".state.json"))
-    batch_size = raw.get("batch_size", 50)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        problems.append(f"batch_size: must be an integer >= 1, got {batch_size!r}")
-        batch_size = 1
+def _counts(raw: dict[str, Any], problems: list[str]) -> dict[str, int]:
+    """batch_size, power_on_attempts and status_batches: whole numbers >= 1 (1 when bad)."""
     counts: dict[str, int] = {}
-    for key, default_count in (("power_on_attempts", 3), ("status_batches", 4)):
+    for key, default_count in (("batch_size", 50), ("power_on_attempts", 3),
+                               ("status_batches", 4)):
         count = raw.get(key, default_count)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             problems.append(f"{key}: must be an integer >= 1, got {count!r}")
             count = 1
         counts[key] = count
-    dry_run = raw.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        problems.append(f"dry_run: must be true or false, got {dry_run!r}")
-    numbers: dict[str, float] = {}
+    return counts
+
+
+def _seconds(raw: dict[str, Any], problems: list[str]) -> dict[str, float]:
+    """The times, in seconds >= 0 (the default when bad); the provider's two required."""
     for key in REQUIRED_TIMES:
         if key not in raw:
             problems.append(f"{key}: required (seconds; the slurm_elastic role writes it from "
                             "metalslurm_elastic)")
+    numbers: dict[str, float] = {}
     for key, default in (("settle_timeout", 180.0), ("stuck_after", 0.0),
                          ("orphan_after", 0.0), ("poll_interval", 2.0),
                          ("power_on_retry_delay", 5.0)):
@@ -132,31 +127,51 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
             problems.append(f"{key}: must be a number of seconds >= 0, got {value!r}")
             value = default
         numbers[key] = float(value)
+    return numbers
+
+
+def _node_problems(name: str, params: Any) -> list[str]:
+    """What is wrong with one node's driver parameters."""
+    if not isinstance(params, dict):
+        return [f"nodes.{name}: must be a mapping with a 'driver' key"]
+    driver = params.get("driver")
+    if driver not in DRIVERS:
+        return [f"nodes.{name}.driver: {driver!r} is not one of {', '.join(DRIVERS)}"]
+    problems = [f"nodes.{name}.{key}: required by the {driver} driver"
+                for key in REQUIRED_PARAMS[driver] if not params.get(key)]
+    if driver == "oci":
+        problems.extend(_oci_problems(name, params))
+    return problems
+
+
+def _oci_problems(name: str, params: dict[str, Any]) -> list[str]:
+    """An oci node's mode, and the parameters that mode needs."""
+    mode = params.get("mode", "start-stop")
+    if mode not in ("start-stop", "launch-terminate"):
+        return [f"nodes.{name}.mode: {mode!r} is not start-stop or launch-terminate"]
+    need = ("instance_id",) if mode == "start-stop" else (
+        "compartment_id", "availability_domain", "shape", "image_id", "subnet_id")
+    return [f"nodes.{name}.{key}: required by oci mode {mode}"
+            for key in need if not params.get(key)]
+
+
+def parse_config(raw: Any, source: str = "config") -> PowerConfig:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: must be a mapping, got {type(raw).__name__}")
+    log_file = Path(raw.get("log_file") or "/var/log/slurm/metalslurm-power.log")
+    state_file = Path(raw.get("state_file") or log_file.with_suffix(".state.json"))
+    counts = _counts(raw, problems)
+    dry_run = raw.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        problems.append(f"dry_run: must be true or false, got {dry_run!r}")
+    numbers = _seconds(raw, problems)
     nodes = raw.get("nodes") or {}
     if not isinstance(nodes, dict):
         problems.append("nodes: must be a mapping of node name to driver parameters")
         nodes = {}
     for name, params in nodes.items():
-        if not isinstance(params, dict):
-            problems.append(f"nodes.{name}: must be a mapping with a 'driver' key")
-            continue
-        driver = params.get("driver")
-        if driver not in DRIVERS:
-            problems.append(f"nodes.{name}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
-            continue
-        for key in REQUIRED_PARAMS[driver]:
-            if not params.get(key):
-                problems.append(f"nodes.{name}.{key}: required by the {driver} driver")
-        if driver == "oci":
-            mode = params.get("mode", "start-stop")
-            need = ("instance_id",) if mode == "start-stop" else (
-                "compartment_id", "availability_domain", "shape", "image_id", "subnet_id")
-            if mode not in ("start-stop", "launch-terminate"):
-                problems.append(
-                    f"nodes.{name}.mode: {mode!r} is not start-stop or launch-terminate")
-            else:
-                problems.extend(f"nodes.{name}.{key}: required by oci mode {mode}"
-                                for key in need if not params.get(key))
+        problems.extend(_node_problems(name, params))
     credentials = raw.get("credentials") or {}
     if not isinstance(credentials, dict) or not all(
             isinstance(v, dict) for v in credentials.values()):
@@ -165,8 +180,8 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
     if problems:
         raise ConfigError(f"{source}: {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
     return PowerConfig(
-        log_file=log_file, state_file=state_file, batch_size=batch_size, dry_run=bool(dry_run),
-        slurm_bin=str(raw.get("slurm_bin", "/usr/bin") or ""),
+        log_file=log_file, state_file=state_file, batch_size=counts["batch_size"],
+        dry_run=bool(dry_run), slurm_bin=str(raw.get("slurm_bin", "/usr/bin") or ""),
         settle_timeout=numbers["settle_timeout"], stuck_after=numbers["stuck_after"],
         orphan_after=numbers["orphan_after"], poll_interval=numbers["poll_interval"],
         power_on_attempts=counts["power_on_attempts"],

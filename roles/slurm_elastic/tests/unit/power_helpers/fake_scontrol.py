@@ -32,6 +32,74 @@ ORDER = ["CLOUD", "POWER_DOWN", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP",
          "POWERING_DOWN"]
 
 
+def settle(nodes: dict, now: float) -> None:
+    """A forced power down completes after SuspendTimeout."""
+    for node in nodes.values():
+        if "POWERING_DOWN" in node["flags"] and now >= node.get("settle_at", 0):
+            node["flags"] = [f for f in node["flags"] if f != "POWERING_DOWN"] + ["POWERED_DOWN"]
+
+
+def show_hostnames(words: list[str]) -> int:
+    time.sleep(float(os.environ.get("FAKE_SCONTROL_SLEEP", "0")))
+    gate = os.environ.get("FAKE_SCONTROL_WAIT_FOR")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for name in hostlist.expand_hostlist(words[2]) if len(words) > 2 else []:
+        print(name)
+    return 0
+
+
+def show_node(nodes: dict) -> int:
+    for name, node in sorted(nodes.items()):
+        flags = sorted(set(node["flags"]), key=ORDER.index)
+        reason = f"Reason={node['reason']} [root@2026-11-22T12:54:16]" if node.get(
+            "reason") else ""
+        print(LINE.format(name=name, addr=node.get("addr", name),
+                          host=node.get("host", name),
+                          state="+".join([node["base"], *flags]), reason=reason))
+    return 0
+
+
+def apply_state(node: dict, state: str, now: float) -> None:
+    """The transitions recorded from Slurm 24.11 (the module's docstring)."""
+    flags = set(node["flags"])
+    if state == "POWER_DOWN_FORCE":
+        if node["base"] == "DOWN":
+            flags.add("POWER_DOWN")
+            flags -= {"POWERING_UP"}
+        else:
+            node["base"] = "IDLE"
+            flags -= {"POWERING_UP", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN"}
+            flags.add("POWERING_DOWN")
+            node["settle_at"] = now + float(os.environ.get("FAKE_SUSPEND_S", "0"))
+    elif state == "RESUME" and node["base"] == "DOWN":
+        node["base"] = "IDLE"
+        if "POWER_DOWN" in flags:
+            flags -= {"POWER_DOWN"}
+            flags.add("POWERING_DOWN")
+            node["settle_at"] = now + float(os.environ.get("FAKE_SUSPEND_S", "0"))
+    elif state == "DOWN":
+        node["base"] = "DOWN"
+    node["flags"] = sorted(flags)
+
+
+def update(words: list[str], nodes: dict, nodes_file: Path, now: float) -> int:
+    if os.environ.get("FAKE_SCONTROL_FAIL_UPDATE") == "1":
+        print("slurm_update error: Invalid node state specified", file=sys.stderr)
+        return 1
+    settings = dict(w.split("=", 1) for w in words[1:])
+    names = settings.pop("nodename").split(",")
+    for name in names:
+        node = nodes[name]
+        apply_state(node, settings.get("state", "").upper(), now)
+        for key, field in (("reason", "reason"), ("nodeaddr", "addr"), ("nodehostname", "host")):
+            if key in settings:
+                node[field] = settings[key]
+    nodes_file.write_text(json.dumps(nodes))
+    return 0
+
+
 def main() -> int:
     base = Path(os.environ["FAKE_SLURM_DIR"])
     args = sys.argv[1:]
@@ -40,64 +108,14 @@ def main() -> int:
     nodes_file = base / "nodes.json"
     nodes = json.loads(nodes_file.read_text()) if nodes_file.exists() else {}
     now = time.time()
-    for node in nodes.values():  # a forced power down completes after SuspendTimeout
-        if "POWERING_DOWN" in node["flags"] and now >= node.get("settle_at", 0):
-            node["flags"] = [f for f in node["flags"] if f != "POWERING_DOWN"] + ["POWERED_DOWN"]
+    settle(nodes, now)
     words = [a for a in args if a != "-o"]
     if words[:2] == ["show", "hostnames"]:
-        time.sleep(float(os.environ.get("FAKE_SCONTROL_SLEEP", "0")))
-        gate = os.environ.get("FAKE_SCONTROL_WAIT_FOR")
-        deadline = time.monotonic() + 120
-        while gate and not os.path.exists(gate) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for name in hostlist.expand_hostlist(words[2]) if len(words) > 2 else []:
-            print(name)
-        return 0
+        return show_hostnames(words)
     if words[:2] == ["show", "node"]:
-        for name, node in sorted(nodes.items()):
-            flags = sorted(set(node["flags"]), key=ORDER.index)
-            reason = f"Reason={node['reason']} [root@2026-11-22T12:54:16]" if node.get(
-                "reason") else ""
-            print(LINE.format(name=name, addr=node.get("addr", name),
-                              host=node.get("host", name),
-                              state="+".join([node["base"], *flags]), reason=reason))
-        return 0
+        return show_node(nodes)
     if words[:1] == ["update"]:
-        if os.environ.get("FAKE_SCONTROL_FAIL_UPDATE") == "1":
-            print("slurm_update error: Invalid node state specified", file=sys.stderr)
-            return 1
-        settings = dict(w.split("=", 1) for w in words[1:])
-        names = settings.pop("nodename").split(",")
-        for name in names:
-            node = nodes[name]
-            state = settings.get("state", "").upper()
-            flags = set(node["flags"])
-            if state == "POWER_DOWN_FORCE":
-                if node["base"] == "DOWN":
-                    flags.add("POWER_DOWN")
-                    flags -= {"POWERING_UP"}
-                else:
-                    node["base"] = "IDLE"
-                    flags -= {"POWERING_UP", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN"}
-                    flags.add("POWERING_DOWN")
-                    node["settle_at"] = now + float(os.environ.get("FAKE_SUSPEND_S", "0"))
-            elif state == "RESUME" and node["base"] == "DOWN":
-                node["base"] = "IDLE"
-                if "POWER_DOWN" in flags:
-                    flags -= {"POWER_DOWN"}
-                    flags.add("POWERING_DOWN")
-                    node["settle_at"] = now + float(os.environ.get("FAKE_SUSPEND_S", "0"))
-            elif state == "DOWN":
-                node["base"] = "DOWN"
-            node["flags"] = sorted(flags)
-            if "reason" in settings:
-                node["reason"] = settings["reason"]
-            if "nodeaddr" in settings:
-                node["addr"] = settings["nodeaddr"]
-            if "nodehostname" in settings:
-                node["host"] = settings["nodehostname"]
-        nodes_file.write_text(json.dumps(nodes))
-        return 0
+        return update(words, nodes, nodes_file, now)
     print(f"fake scontrol: unsupported arguments {args}", file=sys.stderr)
     return 1
 
