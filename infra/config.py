@@ -22,6 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.accept import (
+    DEFAULTS as ACCEPT_DEFAULTS,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    DEFAULT_JOB_TIME,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
     PROVIDER_DEFAULTS as ELASTIC_DEFAULTS,
 )
@@ -87,11 +93,9 @@ STORAGE_BACKENDS = ("nfs", "none")
 # hand-written inventories too.
 # First host addresses kept free in the private subnet (gateway and friends).
 RESERVED_HOST_ADDRESSES = 9
-# The time limit of a job submitted without --time to a partition whose defaultTime is
-# not given (capped at the partition's maxTime). The controller role's
-# slurm_controller_default_time is the same for hand-written inventories (a unit test
-# keeps them equal).
-DEFAULT_JOB_TIME = "1-00:00:00"
+# DEFAULT_JOB_TIME (module_utils/cluster_defaults.py, as slurm_controller_default_time for
+# hand-written inventories): the time limit of a job submitted without --time to a partition
+# whose defaultTime is not given (capped at the partition's maxTime).
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
 SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials", "alertSecrets")
@@ -315,7 +319,7 @@ class ClusterConfig:
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
     # metalslurm:accept, checked, as the inventory's metalslurm_accept (infra/accept/settings.py)
-    accept: Mapping[str, Any] = field(default_factory=lambda: {"gate": False})
+    accept: Mapping[str, Any] = field(default_factory=lambda: dict(ACCEPT_DEFAULTS))
 
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]

@@ -55,6 +55,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import hostlist
+from ansible_collections.metalslurm.cluster.plugins.module_utils.accept import (
+    DEFAULTS as ROLE_DEFAULTS,
+)
 
 from infra.accept.pairing import BAD, GOOD, Pair, Pairing
 from infra.accept.parsers import (
@@ -125,8 +128,8 @@ class GateError(RuntimeError):
 class GateSettings:
     # The roles' part (slurm_compute, nvidia_gpu): a node that registers for the first
     # time, or that was rebooted onto a new NVIDIA driver, is drained with the gate's prefix
-    # and waits for a run of 'metalslurm accept'.
-    gate: bool = False
+    # and waits for a run of 'metalslurm accept'. The roles' default: module_utils/accept.py.
+    gate: bool = ROLE_DEFAULTS["gate"]
     level: str = "quick"
     history_days: int = 90
     fleet_fraction: float = 0.10

@@ -95,7 +95,7 @@ def parse_accept(c: Collector, raw: Mapping[str, Any]) -> dict[str, Any]:
                 wrong = name if name in CAMEL else snake[0]
                 c.problem(f"{where}.{wrong}",
                           f"is spelled {_stack_name(wrong)} in a stack config")
-                return {"gate": False}
+                return {"gate": GateSettings.gate}
             if timeouts:
                 value = {t_back.get(str(k), str(k)): v for k, v in timeouts.items()}
             converted[back.get(name, name)] = value
@@ -103,8 +103,8 @@ def parse_accept(c: Collector, raw: Mapping[str, Any]) -> dict[str, Any]:
         _validate(converted, None, _stack_name)
     except _Problem as p:
         c.problem(f"{where}.{_stack_name(p.key)}" if p.key else where, p.message)
-        return {"gate": False}
-    return {"gate": False, **converted}
+        return {"gate": GateSettings.gate}
+    return {"gate": GateSettings.gate, **converted}
 
 
 def _check_keys(raw: Any, shown: Callable[[str], str]) -> None:
