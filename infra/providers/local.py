@@ -31,6 +31,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    SLURM_GID,  # the slurm group on every node (roles/common)
+)
+
 from infra.config import ClusterConfig
 from infra.inventory import (
     NodeSpec,
@@ -56,7 +60,6 @@ from infra.providers.podman import (
 )
 from infra.state import StateDir
 
-SLURM_GID = 64030  # the slurm group on every node (roles/common)
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
 LABEL = "metalslurm.cluster"
 SSH_WAIT_SECONDS = 90

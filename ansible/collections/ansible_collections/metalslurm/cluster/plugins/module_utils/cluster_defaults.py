@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFAULTS", "DEFAULT_JOB_TIME", "PROGRAMS_DIR", "SLURMDBD_PORT", "cluster_defaults"]
+__all__ = ["DEFAULTS", "DEFAULT_JOB_TIME", "PROGRAMS_DIR", "SLURMDBD_PORT", "SLURM_GID",
+           "cluster_defaults"]
 
 # slurmdbd's port: DbdPort (slurmdbd role) and AccountingStoragePort (slurm_controller role);
 # Slurm's own default.
@@ -23,6 +24,12 @@ PROGRAMS_DIR = "/usr/local/sbin"
 # DefaultTime of a partition that gives none (capped at its MaxTime): jobs without --time
 # get a bounded limit that GPU-minute budgets can cover.
 DEFAULT_JOB_TIME = "1-00:00:00"
+# The slurm user and group, with the same IDs on every node (64030 is Debian's own): the
+# common role creates them, slurm_common runs Slurm as them, the local provider gives the
+# podman socket's directory to the group.
+SLURM_USER = "slurm"
+SLURM_UID = 64030
+SLURM_GID = 64030
 
 DEFAULTS: dict[str, Any] = {
     "slurmdbd_port": SLURMDBD_PORT,
@@ -33,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "job_prolog": f"{PROGRAMS_DIR}/metalslurm-prolog",
     "job_epilog": f"{PROGRAMS_DIR}/metalslurm-epilog",
     "default_job_time": DEFAULT_JOB_TIME,
+    "slurm_user": SLURM_USER,
+    "slurm_uid": SLURM_UID,
+    "slurm_gid": SLURM_GID,
 }
 
 
