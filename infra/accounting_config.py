@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.accounting import DEFAULTS
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCOUNTING_DEFAULTS as DEFAULTS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     slurm_time_seconds,
@@ -82,7 +84,7 @@ class AccountingSettings:
     """slurmdbd accounting: a database (MariaDB on the controller unless ``database_host``
     names an external one), accounts, users and QOS."""
 
-    database_host: str | None = None  # the inventory's "" (module_utils/accounting.py)
+    database_host: str | None = None  # the inventory's "" (module_utils/cluster_defaults.py)
     database_port: int = DEFAULTS["database_port"]
     database_name: str = DEFAULTS["database_name"]
     database_user: str = DEFAULTS["database_user"]

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.accept import (
-    DEFAULTS as ACCEPT_DEFAULTS,
-)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_DEFAULTS,
     DEFAULT_JOB_TIME,
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (

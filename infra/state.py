@@ -54,7 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible_collections.metalslurm.cluster.plugins.module_utils.munge import MIN_KEY_BYTES
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    MUNGE_MIN_KEY_BYTES,
+)
 
 from infra.containers_config import ContainersError, checked_credentials
 from infra.monitoring_config import read_alert_secrets
@@ -74,9 +76,8 @@ SECRET_FILES = {
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file",
                    "monitoring_password_file")
 MUNGE_KEY_BYTES = 1024
-# munged refuses shorter keys (module_utils/munge.py; the collection's key_file module checks
-# the same on the node).
-MUNGE_MIN_KEY_BYTES = MIN_KEY_BYTES
+# MUNGE_MIN_KEY_BYTES: munged refuses shorter keys (module_utils/cluster_defaults.py; the
+# collection's key_file module checks the same on the node).
 # Secrets a cluster keeps for its life: a file already holding another value is never
 # replaced (a new munge key would cut off every node a run does not reach).
 KEPT_SECRETS = ("munge_key_b64_file",)

@@ -55,8 +55,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import hostlist
-from ansible_collections.metalslurm.cluster.plugins.module_utils.accept import (
-    DEFAULTS as ROLE_DEFAULTS,
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_DEFAULTS as ROLE_DEFAULTS,
 )
 
 from infra.accept.pairing import BAD, GOOD, Pair, Pairing
@@ -128,7 +128,8 @@ class GateError(RuntimeError):
 class GateSettings:
     # The roles' part (slurm_compute, nvidia_gpu): a node that registers for the first
     # time, or that was rebooted onto a new NVIDIA driver, is drained with the gate's prefix
-    # and waits for a run of 'metalslurm accept'. The roles' default: module_utils/accept.py.
+    # and waits for a run of 'metalslurm accept'. The roles' default:
+    # module_utils/cluster_defaults.py.
     gate: bool = ROLE_DEFAULTS["gate"]
     level: str = "quick"
     history_days: int = 90

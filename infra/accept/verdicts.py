@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.accept import (
-    REASON_PREFIX,  # the roles drain into the gate with it too
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_REASON_PREFIX as REASON_PREFIX,  # the roles drain into the gate with it too
 )
 
 PASS_FAIL_UNIT = "failed tests"  # the unit of a pass/fail test's figure (DCGM's diagnostic)

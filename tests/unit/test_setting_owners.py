@@ -392,7 +392,8 @@ def test_the_scan_sees_the_owners_tables():
     found = literal_defaults(REPO)
     assert found[6819] == {"module_utils/cluster_defaults.py: SLURMDBD_PORT"}
     assert found["580"] == {"module_utils/gpu.py: DEFAULTS['branch']"}
-    assert found[3306] == {"module_utils/accounting.py: DEFAULTS['database_port']"}
+    assert found[3306] == {
+        "module_utils/cluster_defaults.py: ACCOUNTING_DEFAULTS['database_port']"}
 
 
 @pytest.mark.parametrize(("path", "text"), [

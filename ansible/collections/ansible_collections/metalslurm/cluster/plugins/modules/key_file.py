@@ -42,7 +42,9 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.metalslurm.cluster.plugins.module_utils.munge import MIN_KEY_BYTES
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    MUNGE_MIN_KEY_BYTES as MIN_KEY_BYTES,
+)
 
 
 def decode_key(content_b64: str, min_bytes: int = MIN_KEY_BYTES) -> bytes:

@@ -1,16 +1,10 @@
 """The filters the roles read shared defaults and settings tables through
-(plugins/filter/cluster_defaults.py, accept.py, accounting.py, and the settings filters of
-gpu.py, nccl.py, topology.py and users.py): each is the table's own function."""
+(plugins/filter/cluster_defaults.py, and the settings filters of gpu.py, nccl.py,
+topology.py and users.py): each is the table's own function."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.metalslurm.cluster.plugins.filter.accept import (
-    FilterModule as AcceptFilters,
-)
-from ansible_collections.metalslurm.cluster.plugins.filter.accounting import (
-    FilterModule as AccountingFilters,
-)
 from ansible_collections.metalslurm.cluster.plugins.filter.cluster_defaults import (
     FilterModule as ClusterDefaultsFilters,
 )
@@ -26,8 +20,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_default
 
 
 @pytest.mark.parametrize(("filters", "name"), [
-    (ClusterDefaultsFilters, "cluster_defaults"), (AcceptFilters, "accept_settings"),
-    (AcceptFilters, "accept_gate"), (AccountingFilters, "accounting_settings"),
+    (ClusterDefaultsFilters, "cluster_defaults"), (ClusterDefaultsFilters, "accept_settings"),
+    (ClusterDefaultsFilters, "accept_gate"), (ClusterDefaultsFilters, "accounting_settings"),
     (GpuFilters, "gpu_settings"), (NcclFilters, "nccl_config"),
     (TopologyFilters, "topology_settings"), (UsersFilters, "access_settings")])
 def test_each_filter_is_offered(filters, name):
@@ -41,6 +35,6 @@ def test_none_through_the_shared_defaults_filter_is_the_table():
 
 
 def test_the_accounting_filter_fills_what_a_hand_written_inventory_leaves_out():
-    merged = AccountingFilters().filters()["accounting_settings"]({"database_host": "db"})
+    merged = ClusterDefaultsFilters().filters()["accounting_settings"]({"database_host": "db"})
     assert (merged["database_host"], merged["database_port"], merged["prune"]) == (
         "db", 3306, True)

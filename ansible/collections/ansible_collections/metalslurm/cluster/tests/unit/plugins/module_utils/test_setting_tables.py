@@ -1,15 +1,12 @@
-"""The tables that own defaults several readers share (module_utils/cluster_defaults.py,
-accept.py, accounting.py, munge.py, and the settings merges of gpu.py, nccl.py, topology.py
-and users.py): what an inventory leaves out gets the table's default, what it gives stays
-its own, and no caller can change the table through what it was handed."""
+"""The tables that own defaults several readers share (module_utils/cluster_defaults.py, and
+the settings merges of gpu.py, nccl.py, topology.py and users.py): what an inventory leaves
+out gets the table's default, what it gives stays its own, and no caller can change the
+table through what it was handed."""
 
 from __future__ import annotations
 
-import ansible_collections.metalslurm.cluster.plugins.module_utils.accept as accept_table
-import ansible_collections.metalslurm.cluster.plugins.module_utils.accounting as accounting_table
 import ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults as shared
 import ansible_collections.metalslurm.cluster.plugins.module_utils.gpu as gpu_table
-import ansible_collections.metalslurm.cluster.plugins.module_utils.munge as munge_table
 import ansible_collections.metalslurm.cluster.plugins.module_utils.nccl as nccl_table
 import ansible_collections.metalslurm.cluster.plugins.module_utils.topology as topology_table
 import ansible_collections.metalslurm.cluster.plugins.module_utils.users as users_table
@@ -31,8 +28,8 @@ def test_the_shared_defaults_are_a_copy():
 @pytest.mark.parametrize(("merge", "table", "given", "key"), [
     (gpu_table.gpu_settings, gpu_table.DEFAULTS, {"branch": "570"}, "branch"),
     (nccl_table.nccl_config, nccl_table.DEFAULTS, {"enabled": False}, "enabled"),
-    (accept_table.accept_settings, accept_table.DEFAULTS, {"gate": True}, "gate"),
-    (accounting_table.accounting_settings, accounting_table.DEFAULTS, {"database_port": 3307},
+    (shared.accept_settings, shared.ACCEPT_DEFAULTS, {"gate": True}, "gate"),
+    (shared.accounting_settings, shared.ACCOUNTING_DEFAULTS, {"database_port": 3307},
      "database_port"),
     (topology_table.topology_settings, topology_table.INVENTORY_DEFAULTS, {"plugin": "block"},
      "plugin"),
@@ -50,7 +47,7 @@ def test_a_settings_merge_keeps_what_is_given_and_fills_the_rest(merge, table, g
 @pytest.mark.parametrize(("merge", "table", "key"), [
     (gpu_table.gpu_settings, gpu_table.DEFAULTS, "repository"),
     (nccl_table.nccl_config, nccl_table.DEFAULTS, "settings"),
-    (accounting_table.accounting_settings, accounting_table.DEFAULTS, "qos"),
+    (shared.accounting_settings, shared.ACCOUNTING_DEFAULTS, "qos"),
     (topology_table.topology_settings, topology_table.INVENTORY_DEFAULTS, "spines"),
 ])
 def test_a_merged_tree_shares_nothing_with_the_table(merge, table, key):
@@ -71,10 +68,10 @@ def test_an_empty_admin_group_or_gid_is_the_default():
 
 
 def test_the_gates_prefix_is_what_the_roles_drain_with():
-    assert accept_table.accept_gate(None) == {"reason_prefix": accept_table.REASON_PREFIX}
-    assert accept_table.REASON_PREFIX.endswith(":")
+    assert shared.accept_gate(None) == {"reason_prefix": shared.ACCEPT_REASON_PREFIX}
+    assert shared.ACCEPT_REASON_PREFIX.endswith(":")
 
 
 def test_the_munge_keys_floor_is_munges():
     """munged refuses keys shorter than 32 bytes."""
-    assert munge_table.MIN_KEY_BYTES == 32
+    assert shared.MUNGE_MIN_KEY_BYTES == 32
