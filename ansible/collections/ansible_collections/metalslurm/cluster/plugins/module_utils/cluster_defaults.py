@@ -28,6 +28,8 @@ PROGRAMS_DIR = "/usr/local/sbin"
 # DefaultTime of a partition that gives none (capped at its MaxTime): jobs without --time
 # get a bounded limit that GPU-minute budgets can cover.
 DEFAULT_JOB_TIME = "1-00:00:00"
+# Slurm's log directory on every Slurm node (slurm_common; slurm_elastic's power log).
+LOG_DIR = "/var/log/slurm"
 # The slurm user and group, with the same IDs on every node (64030 is Debian's own): the
 # common role creates them, slurm_common runs Slurm as them, the local provider gives the
 # podman socket's directory to the group.
@@ -47,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "job_prolog": f"{PROGRAMS_DIR}/metalslurm-prolog",
     "job_epilog": f"{PROGRAMS_DIR}/metalslurm-epilog",
     "default_job_time": DEFAULT_JOB_TIME,
+    "log_dir": LOG_DIR,
     "slurm_user": SLURM_USER,
     "slurm_uid": SLURM_UID,
     "slurm_gid": SLURM_GID,

@@ -16,6 +16,8 @@ import re
 import struct
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import SLURM_USER
+
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
              "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com",
              "sk-ecdsa-sha2-nistp256@openssh.com")
@@ -71,7 +73,7 @@ DISTRIBUTION_NAMES = ("systemd-network", "systemd-resolve", "systemd-timesync",
 # slurm_exporter's slurm_exporter_user) or by the packages they install: munge, Prometheus
 # and Alertmanager (prometheus), MariaDB (mysql), NFS (statd, _rpc), the NVIDIA persistence
 # daemon (nvidia-persistenced on Ubuntu, nvpd on Debian).
-ROLE_ACCOUNTS = ("slurm", "slurmrestd", "metalslurm-exporter", "munge", "prometheus", "mysql",
+ROLE_ACCOUNTS = (SLURM_USER, "slurmrestd", "metalslurm-exporter", "munge", "prometheus", "mysql",
                  "statd", "_rpc", "nvidia-persistenced", "nvpd")
 # The login users of cloud images (Ubuntu's, also OCI's; Debian's; Oracle Linux on OCI; AWS
 # and RHEL-like images): the account Ansible logs in with, which must keep its groups.
