@@ -18,7 +18,10 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-REASON_PREFIX = "metalslurm-accept:"
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_REASON_PREFIX as REASON_PREFIX,  # the roles drain into the gate with it too
+)
+
 PASS_FAIL_UNIT = "failed tests"  # the unit of a pass/fail test's figure (DCGM's diagnostic)
 DEFAULT_FRACTION = 0.10
 DEFAULT_MIN_SAMPLES = 3

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils import health, monitoring, rest
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     OPERATING_SYSTEMS,
 )
@@ -59,6 +60,15 @@ ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "slurm_topology": (("metalslurm-ibsim",
                         "(metalslurm_topology | default({})).simulator_fabric | default('', true) "
                         "| length > 0"),),
+}
+# The playbook's switches (group_vars/all/metalslurm.yml) and the setting each reads over
+# its table's defaults. The playbook reads them through the collection's filters, which
+# Ansible's templating finds only through its collection loader; this map gives the
+# templating the same values, taken from the same tables.
+SWITCHES: dict[str, tuple[str, Mapping[str, Any]]] = {
+    "__metalslurm_health_enabled": ("metalslurm_health", health.DEFAULTS),
+    "__metalslurm_monitoring_enabled": ("metalslurm_monitoring", monitoring.DEFAULTS),
+    "__metalslurm_rest_enabled": ("metalslurm_rest", rest.DEFAULTS),
 }
 # Groups a play may leave out at run time (hosts set aside by the playbook itself).
 RUNTIME_GROUPS = ("metalslurm_powered_down", "metalslurm_up")
@@ -141,7 +151,11 @@ class PlaybookMap:
     def _holds(self, host: str, conditions: tuple[str, ...]) -> bool:
         from ansible.template import Templar, trust_as_template
 
-        variables = self._vars.get_vars(host=self._inventory.get_host(host))
+        variables = dict(self._vars.get_vars(host=self._inventory.get_host(host)))
+        for switch, (setting, defaults) in SWITCHES.items():
+            given = variables.get(setting)
+            variables[switch] = (given if isinstance(given, Mapping) else {}).get(
+                "enabled", defaults["enabled"])
         templar = Templar(loader=self._loader, variables=variables)
         return all(templar.evaluate_conditional(trust_as_template(c)) for c in conditions)
 

@@ -31,6 +31,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    SLURM_GID,  # the slurm group on every node (roles/common)
+)
+
 from infra.providers.host_ca import (
     NODE_HOST_CA_DIR,
     host_bundles,
@@ -56,7 +60,6 @@ from infra.stack.inventory import (
 )
 from infra.stack.state import StateDir
 
-SLURM_GID = 64030  # the slurm group on every node (roles/common)
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
 LABEL = "metalslurm.cluster"
 SSH_WAIT_SECONDS = 90

@@ -20,6 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_DEFAULTS as ROLE_DEFAULTS,
+)
+
 from infra.stack.inputs import InputError
 from infra.stack.schema import Collector, ConfigError
 from infra.stack.schema import key as stack_key
@@ -60,7 +64,7 @@ class GateSettings:
     # The roles' part (slurm_compute, nvidia_gpu): a node that registers for the first
     # time, or that was rebooted onto a new NVIDIA driver, is drained with the gate's prefix
     # and waits for a run of 'metalslurm accept'.
-    gate: bool = False
+    gate: bool = ROLE_DEFAULTS["gate"]  # the roles' default too (module_utils/cluster_defaults.py)
     level: str = "quick"
     history_days: int = 90
     fleet_fraction: float = 0.10
@@ -172,8 +176,8 @@ def parse_accept(c: Collector, raw: Mapping[str, Any]) -> dict[str, Any]:
         converted = _inventory_spelling(c, where, item)
     _validate(section, converted, None)
     if len(c.problems) > before:
-        return {"gate": False}
-    return {"gate": False, **converted}
+        return {"gate": GateSettings.gate}
+    return {"gate": GateSettings.gate, **converted}
 
 
 def _inventory_spelling(c: Collector, where: str, item: Mapping[Any, Any]) -> dict[str, Any]:

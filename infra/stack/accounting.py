@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCOUNTING_DEFAULTS as DEFAULTS,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf import (
     SlurmConfError,
     slurm_time_seconds,
@@ -81,13 +84,13 @@ class AccountingSettings:
     """slurmdbd accounting: a database (MariaDB on the controller unless ``database_host``
     names an external one), accounts, users and QOS."""
 
-    database_host: str | None = None
-    database_port: int = 3306
-    database_name: str = "slurm_acct_db"
-    database_user: str = "slurm"
+    database_host: str | None = None  # the inventory's "" (module_utils/cluster_defaults.py)
+    database_port: int = DEFAULTS["database_port"]
+    database_name: str = DEFAULTS["database_name"]
+    database_user: str = DEFAULTS["database_user"]
     accounts: tuple[Account, ...] = ()
     qos: tuple[Qos, ...] = ()
-    prune: bool = True
+    prune: bool = DEFAULTS["prune"]
 
 
 def _check_tres_limit(c: Collector, where: str, value: str) -> None:

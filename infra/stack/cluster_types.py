@@ -11,15 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    DEFAULT_JOB_TIME,  # also the controller role's default for hand-written inventories
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
     DEFAULT_SHARED_PATHS,
 )
-
-# The time limit of a job submitted without --time to a partition whose defaultTime is
-# not given (capped at the partition's maxTime). The controller role's
-# slurm_controller_default_time is the same for hand-written inventories (a unit test
-# keeps them equal).
-DEFAULT_JOB_TIME = "1-00:00:00"
 
 
 @dataclass(frozen=True)

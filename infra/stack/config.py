@@ -23,6 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_DEFAULTS,
+    DEFAULT_JOB_TIME,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
     PROVIDER_DEFAULTS as ELASTIC_DEFAULTS,
 )
@@ -41,7 +45,6 @@ from infra.stack.accept import parse_accept
 from infra.stack.accounting import AccountingSettings, parse_accounting
 from infra.stack.byo import ByoSettings, parse_byo
 from infra.stack.cluster_types import (
-    DEFAULT_JOB_TIME,
     ComputePool,
     ElasticSettings,
     Partition,
@@ -93,6 +96,9 @@ STORAGE_BACKENDS = ("nfs", "none")
 # hand-written inventories too.
 # First host addresses kept free in the private subnet (gateway and friends).
 RESERVED_HOST_ADDRESSES = 9
+# DEFAULT_JOB_TIME (module_utils/cluster_defaults.py, as slurm_controller_default_time for
+# hand-written inventories): the time limit of a job submitted without --time to a partition
+# whose defaultTime is not given (capped at the partition's maxTime).
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
 SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials", "alertSecrets")
@@ -244,7 +250,7 @@ class ClusterConfig:
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
     # metalslurm:accept, checked, as the inventory's metalslurm_accept (infra/stack/accept.py)
-    accept: Mapping[str, Any] = field(default_factory=lambda: {"gate": False})
+    accept: Mapping[str, Any] = field(default_factory=lambda: dict(ACCEPT_DEFAULTS))
 
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.gpu import (
-    DEFAULT_BRANCH,
+    DEFAULTS,
     gpu_problems,
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
@@ -35,9 +35,10 @@ _REPO_KEYS = ("url", "keyUrl", "keyFingerprint")
 
 @dataclass(frozen=True)
 class Repository:
-    url: str = ""              # empty: NVIDIA's URL for the node's OS release
-    key_url: str = ""          # empty: the repository's published key
-    key_fingerprint: str = ""  # empty: the fingerprint pinned above
+    # empty: NVIDIA's URL for the node's OS release, its published key, the pinned fingerprint
+    url: str = DEFAULTS["repository"]["url"]
+    key_url: str = DEFAULTS["repository"]["key_url"]
+    key_fingerprint: str = DEFAULTS["repository"]["key_fingerprint"]
 
     def inventory_vars(self) -> dict[str, str]:
         return {"url": self.url, "key_url": self.key_url,
@@ -47,18 +48,20 @@ class Repository:
 
 @dataclass(frozen=True)
 class GpuSettings:
-    mode: str = "install"
-    branch: str = DEFAULT_BRANCH
-    version: str = ""                # empty: the newest of the branch
-    fabric_manager: str = "auto"     # auto: where lspci shows NVSwitches
-    fabric_manager_version: str = ""  # must be the driver's, when given
-    dcgm: bool = True
-    dcgm_version: str = ""           # empty: the newest at the first install, then held
-    dcgm_exporter_version: str = ""  # likewise; an exporter release is built for one DCGM
-    gpudirect: str = "auto"
-    container_toolkit: bool = True   # when containers are enabled
-    mig: bool = False
-    reboot_policy: str = "never"
+    """The defaults are module_utils/gpu.py's (``DEFAULTS``), which the role reads too."""
+
+    mode: str = DEFAULTS["mode"]
+    branch: str = DEFAULTS["branch"]
+    version: str = DEFAULTS["version"]
+    fabric_manager: str = DEFAULTS["fabric_manager"]
+    fabric_manager_version: str = DEFAULTS["fabric_manager_version"]
+    dcgm: bool = DEFAULTS["dcgm"]
+    dcgm_version: str = DEFAULTS["dcgm_version"]
+    dcgm_exporter_version: str = DEFAULTS["dcgm_exporter_version"]
+    gpudirect: str = DEFAULTS["gpudirect"]
+    container_toolkit: bool = DEFAULTS["container_toolkit"]
+    mig: bool = DEFAULTS["mig"]
+    reboot_policy: str = DEFAULTS["reboot_policy"]
     repository: Repository = field(default_factory=Repository)
     container_toolkit_repository: Repository = field(default_factory=Repository)
 

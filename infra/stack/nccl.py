@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.nccl import setting_problems
+from ansible_collections.metalslurm.cluster.plugins.module_utils.nccl import (
+    DEFAULTS,
+    setting_problems,
+)
 
 from infra.stack.schema import Collector
 from infra.stack.schema import key as stack_key
@@ -26,9 +29,9 @@ class NcclConfig:
     """``metalslurm:nccl``: whether nccl.conf is written, and what is set over the derived
     settings."""
 
-    enabled: bool = True
-    settings: Mapping[str, str] = field(default_factory=dict)
-    socket_ifname: str = ""
+    enabled: bool = DEFAULTS["enabled"]  # module_utils/nccl.py owns the defaults
+    settings: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULTS["settings"]))
+    socket_ifname: str = DEFAULTS["socket_ifname"]
 
     def inventory_vars(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "settings": dict(self.settings),
@@ -45,7 +48,7 @@ def parse_nccl(c: Collector, raw: Mapping[str, Any]) -> NcclConfig:
                   "peermem, dmabuf or off), which sets up the driver's side and nccl.conf "
                   "together: move the value there")
     c.unknown_keys({k: v for k, v in item.items() if k != "gpudirect"}, _NCCL_KEYS, where)
-    enabled = c.boolean(item, "enabled", f"{where}.enabled", True)
+    enabled = c.boolean(item, "enabled", f"{where}.enabled", DEFAULTS["enabled"])
     ifname = c.string(item, "socketIfname", f"{where}.socketIfname", default="",
                       pattern=_IFNAME_RE if item.get("socketIfname") else None,
                       what="a network interface name such as eth0 or bond0")

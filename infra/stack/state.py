@@ -54,6 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    MUNGE_MIN_KEY_BYTES,
+)
 
 from infra.stack.containers import ContainersError, checked_credentials
 from infra.stack.monitoring import read_alert_secrets
@@ -73,9 +76,8 @@ SECRET_FILES = {
 CLUSTER_SECRETS = ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file",
                    "monitoring_password_file")
 MUNGE_KEY_BYTES = 1024
-# munged refuses shorter keys (the collection's key_file module checks the same on the node;
-# tests/unit/test_setting_owners.py keeps the two equal).
-MUNGE_MIN_KEY_BYTES = 32
+# MUNGE_MIN_KEY_BYTES: munged refuses shorter keys (module_utils/cluster_defaults.py; the
+# collection's key_file module checks the same on the node).
 # Secrets a cluster keeps for its life: a file already holding another value is never
 # replaced (a new munge key would cut off every node a run does not reach).
 KEPT_SECRETS = ("munge_key_b64_file",)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.topology import (
+    INVENTORY_DEFAULTS,
     PLUGINS,
     SOURCES,
     SWITCH_NAME_RE,
@@ -51,7 +52,7 @@ class LeafSpec:
 class TopologySettings:
     """``metalslurm:topology``: the topology plugin and where its tree comes from."""
 
-    plugin: str = "tree"
+    plugin: str = INVENTORY_DEFAULTS["plugin"]  # module_utils/topology.py, as the roles'
     source: str = "config"
     leaves: tuple[LeafSpec, ...] = ()
     spines: tuple[str, ...] = ()
@@ -114,7 +115,8 @@ def parse_topology_settings(c: Collector, raw: Mapping[str, Any],
     before = len(c.problems)
     item = c.mapping(raw, "topology", where)
     c.unknown_keys(item, _TOPOLOGY_KEYS, where)
-    plugin = c.string(item, "plugin", f"{where}.plugin", default="tree", choices=PLUGINS)
+    plugin = c.string(item, "plugin", f"{where}.plugin", default=TopologySettings.plugin,
+                      choices=PLUGINS)
     source = c.string(item, "source", f"{where}.source", default="config", choices=SOURCES)
     block_sizes: tuple[int, ...] = ()
     if item.get("blockSizes") is not None:

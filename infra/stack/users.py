@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
+    ACCESS_DEFAULTS,
     DEFAULT_ADMIN_GID,
     DEFAULT_ADMIN_GROUP,
     RESERVED_NAMES,
@@ -64,7 +65,7 @@ class AccessSettings:
     admin_group: str = DEFAULT_ADMIN_GROUP
     admin_gid: int = DEFAULT_ADMIN_GID
     # SSH to a compute node only with a job there (pam_slurm_adopt); admins always.
-    pam_slurm_adopt: bool = True
+    pam_slurm_adopt: bool = ACCESS_DEFAULTS["pam_slurm_adopt"]
 
     def inventory_vars(self) -> dict[str, Any]:
         return {"admin_group": self.admin_group, "admin_gid": self.admin_gid,

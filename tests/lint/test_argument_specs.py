@@ -5,8 +5,8 @@ Ansible validates a role's variables against its spec before the role runs, so a
 tree described key by key is refused with the key's path (``nvidia_gpu_settings.mode``). These
 tests keep the specs whole and true: every public variable has an entry; every dict is
 described key by key unless it is a free-form map (listed here with the reason); the
-inventory each shipped stack config gives passes every role's spec; nested defaults are the
-stack config's.
+inventory each shipped stack config gives passes every role's spec; a settings tree whose
+defaults a table owns holds no second default.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, health
+from ansible_collections.metalslurm.cluster.plugins.module_utils import elastic, gpu, health
 
 from infra.stack.config import load_stack_file
-from infra.stack.gpu import GpuSettings
 from infra.stack.inventory import cluster_vars
 from tests.paths import REPO, ROLES
 
@@ -44,8 +43,12 @@ FREE_FORM = {
 STACKS = ["Pulumi.local.yaml", "Pulumi.example-local.yaml", "Pulumi.example-byo.yaml",
           "Pulumi.example-oci.yaml", "tests/e2e/stacks/Pulumi.e2e-debian13.yaml",
           "tests/e2e/stacks/Pulumi.e2e-debian12.yaml"]
-# role default "{{ metalslurm_X | default(...) }}" or "{{ metalslurm_X.key | default(...) }}"
-DIRECT = re.compile(r"^\{\{\s*(metalslurm_\w+)(?:\.(\w+))?\s*\|\s*default\([^)]*\)\s*\}\}$")
+# role default "{{ metalslurm_X | default(...) }}" or "{{ metalslurm_X.key | default(...) }}",
+# or a key of the inventory's value over its table's defaults,
+# "{{ (metalslurm_X | default(none) | metalslurm.cluster.F).key }}"
+DIRECT = re.compile(r"^\{\{\s*(metalslurm_\w+)(?:\.(\w+))?\s*\|\s*default\([^)]*\)\s*\}\}$"
+                    r"|^\{\{\s*\((metalslurm_\w+)\s*\|\s*default\(none\)\s*\|\s*"
+                    r"metalslurm\.cluster\.\w+\)\.(\w+)\s*\}\}$")
 
 
 def spec(role: str) -> dict[str, Any]:
@@ -92,14 +95,16 @@ def role_params(role: str, inventory: dict[str, Any]) -> dict[str, Any]:
     value."""
     params = {}
     for name, value in defaults(role).items():
-        found = DIRECT.match(str(value)) if isinstance(value, str) else None
-        if not found or found.group(1) not in inventory:
+        found = DIRECT.match(" ".join(value.split())) if isinstance(value, str) else None
+        setting, key = (found.group(1) or found.group(3), found.group(2) or found.group(4)) \
+            if found else (None, None)
+        if setting not in inventory:
             continue
-        value = inventory[found.group(1)]
-        if found.group(2):
-            if not isinstance(value, dict) or found.group(2) not in value:
+        value = inventory[setting]
+        if key:
+            if not isinstance(value, dict) or key not in value:
                 continue
-            value = value[found.group(2)]
+            value = value[key]
         params[name] = value
     return params
 
@@ -132,15 +137,18 @@ def test_a_bad_value_is_refused_with_the_keys_path(params, error):
     assert [str(e) for e in result.errors] == [error]
 
 
-def spec_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    return {name: (spec_defaults(o["options"]) if "options" in o and "default" not in o
-                   else o.get("default")) for name, o in options.items()}
+def spec_defaults(options: dict[str, Any], path: str = "") -> list[str]:
+    """The options under ``options`` that hold a default, by their path."""
+    return [found for name, o in options.items()
+            for found in ([f"{path}{name}"] if "default" in o else [])
+            + spec_defaults(o.get("options") or {}, f"{path}{name}.")]
 
 
 @pytest.mark.parametrize(("role", "option", "keys"), [
     ("slurm_controller", "slurm_controller_power_saving", elastic.KEYS),
     ("slurm_elastic", "slurm_elastic_settings", elastic.KEYS),
     ("slurm_health", "slurm_health_settings", tuple(health.DEFAULTS)),
+    ("nvidia_gpu", "nvidia_gpu_settings", tuple(gpu.DEFAULTS)),
 ])
 def test_a_tree_whose_defaults_a_filter_owns_has_the_owners_keys(role, option, keys):
     """module_utils/elastic.py and health.py fill what an inventory leaves out; the spec
@@ -148,7 +156,9 @@ def test_a_tree_whose_defaults_a_filter_owns_has_the_owners_keys(role, option, k
     assert sorted(spec(role)[option]["options"]) == sorted(keys)
 
 
-def test_the_driver_stacks_defaults_are_the_stack_configs():
-    assert spec_defaults(spec("nvidia_gpu")["nvidia_gpu_settings"]["options"]) == \
-        GpuSettings().inventory_vars()
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_spec_describes_and_holds_no_second_default(role):
+    """A variable's default is its role's defaults/main.yml, or the table a filter merges a
+    settings tree over (module_utils/gpu.py, health.py, elastic.py): never the spec too."""
+    assert spec_defaults(spec(role)) == [], role
 

@@ -1,18 +1,18 @@
 """One owner per setting (docs/settings.md): every default is written once, and every other
-reader takes it from there. Where a reader cannot (a program on a node that runs without
-this repository, a role default that must be a literal), these tests fail the moment its
-copy drifts from the owner; where a reader does take it from the owner, they check it still
-does, and that no copy has crept back in."""
+reader takes it from there. No literal default is the default of settings in two owners
+(:func:`test_no_literal_default_has_two_owners`); where a reader does take it from the owner,
+these tests check it still does. The copies left are held by programs that run on nodes
+without this repository, each test saying so."""
 
 from __future__ import annotations
 
 import ast
 import base64
-import importlib
 import importlib.machinery
 import re
 import sys
 import types
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,14 +27,15 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     rest,
 )
 
+from infra.ops.playbook import SWITCHES
 from infra.stack import state
-from infra.stack.config import DEFAULT_JOB_TIME, _parse_elastic, parse_config
+from infra.stack.config import _parse_elastic, parse_config
 from infra.stack.health import HealthSettings
 from infra.stack.inventory import cluster_vars
 from infra.stack.monitoring import MonitoringSettings
 from infra.stack.rest import RestSettings
 from infra.stack.schema import Collector
-from tests.paths import COLLECTION, REPO, ROLES, load_module
+from tests.paths import COLLECTION, REPO, ROLES
 
 HEALTH_PROGRAM = ROLES / "slurm_health/files/metalslurm-health"
 
@@ -96,11 +97,6 @@ def test_the_os_list_is_written_once():
     assert copies == []
 
 
-def test_the_roles_default_time_is_the_stack_configs():
-    """A hand-written inventory's partitions get the same DefaultTime as a parsed stack's."""
-    assert role_defaults("slurm_controller")["slurm_controller_default_time"] == DEFAULT_JOB_TIME
-
-
 # ---- the node health checker: module_utils/health.py --------------------------------------
 
 def test_the_stack_parser_takes_the_health_defaults_from_their_owner():
@@ -108,8 +104,9 @@ def test_the_stack_parser_takes_the_health_defaults_from_their_owner():
 
 
 def test_the_checker_programs_own_defaults_are_the_owners():
-    """The checker runs on nodes without the repository, so it keeps copies (used when it is
-    run by hand without a config file); its config-file names differ from the inventory's."""
+    """Held equal, not single-owner: the checker is one file copied to nodes that have
+    neither this repository nor the collection, so it keeps copies (used when it is run by
+    hand without a config file); its config-file names differ from the inventory's."""
     loader = importlib.machinery.SourceFileLoader("metalslurm_health_owners", str(HEALTH_PROGRAM))
     program = types.ModuleType(loader.name)
     sys.modules[loader.name] = program  # its dataclasses look their module up there
@@ -130,17 +127,14 @@ def test_the_stack_parser_takes_the_monitoring_defaults_from_their_owner():
 
 
 def test_the_gpu_alerts_critical_xids_are_the_health_checkers():
-    """The Xid alert and the health checker drain on the same errors; the checker owns them."""
+    """The Xid alert and the health checker drain on the same errors. Held equal, not
+    single-owner: the checker owns the list and runs on nodes without the collection, so
+    module_utils/monitoring.py cannot be its source; the alert rules keep a copy."""
     loader = importlib.machinery.SourceFileLoader("metalslurm_health_xids", str(HEALTH_PROGRAM))
     program = types.ModuleType(loader.name)
     sys.modules[loader.name] = program
     loader.exec_module(program)
     assert list(monitoring.CRITICAL_XIDS) == program.DEFAULT_CRITICAL_XIDS
-
-
-def test_the_playbooks_monitoring_switch_defaults_as_the_owner_says():
-    group_vars = (REPO / "ansible/group_vars/all/metalslurm.yml").read_text().splitlines()
-    assert MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower() in group_vars
 
 
 # ---- power saving: module_utils/elastic.py -------------------------------------------------
@@ -159,47 +153,46 @@ def test_the_stack_parser_takes_each_providers_timings_from_their_owner(provider
 
 # ---- no copy has crept back into the playbook ----------------------------------------------
 
-# A `| default(...)` on one of these settings would be a second owner of its default.
+# A `| default(...)` on a key of one of these settings would be a second owner of its
+# default: each is read over its table (module_utils/<topic>.py) through a filter.
+# (metalslurm_accept's table holds the roles' key, gate, alone: the gate's other keys are
+# infra/accept's.)
 OWNED_ELSEWHERE = re.compile(
     r"(metalslurm_health|metalslurm_elastic|metalslurm_monitoring|metalslurm_rest|"
-    r"slurm_health_settings|"
-    r"slurm_elastic_settings|monitoring_settings|"
-    r"slurm_controller_power_saving|__slurm_controller_power)\.\w+\s*\|\s*default\(")
-
-
-# The one copy the playbook must keep: site.yml's `when` reads it, and the verify suite's
-# map of the playbook (infra/ops/playbook.py) evaluates those conditions without the collection's
-# filters. Held equal to the owner below.
-HEALTH_ENABLED = "__metalslurm_health_enabled: \"{{ metalslurm_health.enabled | default(%s) }}\""
-MONITORING_ENABLED = ("__metalslurm_monitoring_enabled: "
-                      "\"{{ metalslurm_monitoring.enabled | default(%s) }}\"")
-REST_ENABLED = "__metalslurm_rest_enabled: \"{{ metalslurm_rest.enabled | default(%s) }}\""
+    r"metalslurm_gpu|metalslurm_nccl|metalslurm_accounting|metalslurm_access|"
+    r"metalslurm_topology|slurm_health_settings|nvidia_gpu_settings|slurmdbd_accounting|"
+    r"slurm_accounting_settings|slurm_elastic_settings|monitoring_settings|"
+    r"slurm_controller_power_saving|__slurm_controller_power)"
+    r"(\s*\|\s*default\([^()]*\)\s*\))?\.(?!host\b)\w+\s*\|\s*default\(")
+# (metalslurm_monitoring.host is not a default: "" in the table, the controller when empty.)
 
 
 def test_the_playbook_keeps_no_copy_of_an_owned_default():
-    kept = {HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower(),
-            MONITORING_ENABLED % str(monitoring.DEFAULTS["enabled"]).lower(),
-            REST_ENABLED % str(rest.DEFAULTS["enabled"]).lower()}
     copies = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
               for path in ansible_files()
               for n, line in enumerate(path.read_text().splitlines(), start=1)
-              if OWNED_ELSEWHERE.search(line) and line.strip() not in kept]
+              if OWNED_ELSEWHERE.search(line)]
     assert copies == []
 
 
-def test_the_playbooks_rest_switch_defaults_as_the_owner_says():
-    group_vars = (REPO / "ansible/group_vars/all/metalslurm.yml").read_text().splitlines()
-    assert REST_ENABLED % str(rest.DEFAULTS["enabled"]).lower() in group_vars
+@pytest.mark.parametrize(("switch", "owner"), [
+    ("__metalslurm_health_enabled", health), ("__metalslurm_monitoring_enabled", monitoring),
+    ("__metalslurm_rest_enabled", rest)])
+def test_the_playbooks_switches_and_its_map_read_the_owners_table(switch, owner):
+    """site.yml's `when` reads these through the owner's filter; the verify suite's map of the
+    playbook (infra/ops/playbook.py), which evaluates them without Ansible's collection loader,
+    takes the default from the same table."""
+    group_vars = yaml.safe_load((REPO / "ansible/group_vars/all/metalslurm.yml").read_text())
+    setting, table = SWITCHES[switch]
+    topic = owner.__name__.rsplit(".", 1)[1]
+    assert " ".join(group_vars[switch].split()) == (
+        f"{{{{ ({setting} | default(none) | metalslurm.cluster.{topic}_settings).enabled }}}}")
+    assert table is owner.DEFAULTS
 
 
 def test_the_stack_parser_takes_the_rest_defaults_from_their_owner():
     assert RestSettings().inventory_vars() == rest.DEFAULTS
     assert parse_config({"metalslurm:provider": "local"}).rest.inventory_vars() == rest.DEFAULTS
-
-
-def test_the_playbooks_health_switch_defaults_as_the_owner_says():
-    group_vars = (REPO / "ansible/group_vars/all/metalslurm.yml").read_text().splitlines()
-    assert HEALTH_ENABLED % str(health.DEFAULTS["enabled"]).lower() in group_vars
 
 
 def test_the_docs_table_of_timings_is_the_owners():
@@ -215,12 +208,6 @@ def test_the_docs_table_of_timings_is_the_owners():
 
 
 # ---- the munge key: made once on the operator's side (infra/stack/state.py) ----------------------
-
-def test_the_munge_modules_shortest_key_is_the_operator_sides():
-    """The module runs on nodes and cannot import infra/: its copy is held equal here."""
-    module = load_module(COLLECTION / "plugins/modules/key_file.py", "key_file_owners")
-    assert module.MIN_KEY_BYTES == state.MUNGE_MIN_KEY_BYTES
-
 
 def test_the_pulumi_stacks_key_is_as_long_as_the_local_clusters():
     """Two drivers each keep the key where their state lives (infra/stack/state.py says why); what
@@ -258,20 +245,6 @@ def test_every_role_takes_the_shared_paths_from_one_filter():
     assert [str(p) for p in ansible_files() if literal.search(p.read_text())] == []
 
 
-# ---- settings two roles must agree on: each role keeps its own, held equal here ----------------
-# (a role reads no variable of another role or of the playbook: tests/lint/test_roles.py)
-
-@pytest.mark.parametrize(("first", "second"), [
-    (("slurm_elastic", "slurm_elastic_bin_dir"),
-     ("slurm_controller", "slurm_controller_power_programs_dir")),
-    (("slurmdbd", "slurmdbd_port"), ("slurm_controller", "slurm_controller_dbd_port")),
-])
-def test_what_two_roles_must_agree_on_is_equal(first, second):
-    """Where slurm_elastic links the power programs is what slurm.conf names; the port
-    slurmdbd listens on is the one slurmctld talks to."""
-    assert role_defaults(first[0])[first[1]] == role_defaults(second[0])[second[1]]
-
-
 # ---- containers: module_utils/containers.py ---------------------------------------------------
 
 def test_the_stack_parser_takes_enroots_defaults_from_their_owner():
@@ -291,94 +264,159 @@ def test_the_health_checker_checks_the_cache_where_enroot_puts_it():
         assert containers.DEFAULT_STORAGE_DIR not in text and "'/cache'" not in text, role
 
 
-# ---- held equal: role defaults that are literals in Jinja, owned by the stack parser -------
-# These roles' defaults for a hand-written inventory are written in the role (a literal in
-# a `| default(...)`); the stack parser's dataclass owns the value. Moving them behind a
-# filter as above is the better fix; until then, these fail when the copies drift.
-
-def jinja_default(path: Path, expression: str):
-    """The literal in ``expression | default(<literal>)`` in ``path``, as YAML reads it."""
-    found = re.search(re.escape(expression) + r"\s*\|\s*default\(([^()]*)\)", path.read_text())
-    assert found is not None, f"{path.relative_to(REPO)} has no {expression} | default(...)"
-    return yaml.safe_load(found.group(1))
-
-
-LITERAL_DEFAULTS = [
-    ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_port",
-     "infra.stack.accounting:AccountingSettings", "database_port"),
-    ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_name",
-     "infra.stack.accounting:AccountingSettings", "database_name"),
-    ("roles/slurmdbd/defaults/main.yml", "slurmdbd_accounting.database_user",
-     "infra.stack.accounting:AccountingSettings", "database_user"),
-    ("roles/slurm_accounting/defaults/main.yml", "slurm_accounting_settings.prune",
-     "infra.stack.accounting:AccountingSettings", "prune"),
-    ("roles/slurm_topology/defaults/main.yml", "metalslurm_topology.plugin",
-     "infra.stack.topology:TopologySettings", "plugin"),
-    ("roles/slurm_controller/vars/main.yml", "metalslurm_topology.plugin",
-     "infra.stack.topology:TopologySettings", "plugin"),
-    ("roles/nccl_ib/defaults/main.yml", "metalslurm_nccl.enabled",
-     "infra.stack.nccl:NcclConfig", "enabled"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.mode",
-     "infra.stack.gpu:GpuSettings", "mode"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.branch",
-     "infra.stack.gpu:GpuSettings", "branch"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.reboot_policy",
-     "infra.stack.gpu:GpuSettings", "reboot_policy"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.fabric_manager",
-     "infra.stack.gpu:GpuSettings", "fabric_manager"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.dcgm",
-     "infra.stack.gpu:GpuSettings", "dcgm"),
-    ("roles/nvidia_gpu/vars/main.yml", "nvidia_gpu_settings.container_toolkit",
-     "infra.stack.gpu:GpuSettings", "container_toolkit"),
-    ("roles/slurm_compute/vars/main.yml", "(metalslurm_accept | default({})).gate",
-     "infra.stack.accept:GateSettings", "gate"),
-    ("roles/nvidia_gpu/vars/main.yml", "(metalslurm_accept | default({})).gate",
-     "infra.stack.accept:GateSettings", "gate"),
-]
-
-
-@pytest.mark.parametrize(("file", "expression", "owner", "field"), LITERAL_DEFAULTS,
-                         ids=[f"{f.split('/')[1]}:{e}" for f, e, _o, _d in LITERAL_DEFAULTS])
-def test_a_roles_literal_default_is_the_stack_parsers(file, expression, owner, field):
-    module, cls = owner.split(":")
-    default = getattr(getattr(importlib.import_module(module), cls)(), field)
-    assert jinja_default(REPO / file, expression) == default, (
-        f"{file}: {expression} defaults to something else than {owner}.{field} ({default!r})")
-
-
-@pytest.mark.parametrize(("role", "var"), [("slurm_compute", "__slurm_compute_gate_reason"),
-                                          ("nvidia_gpu", "__nvidia_gpu_gate_reason")])
-def test_the_roles_drain_into_the_gate_with_the_gates_own_prefix(role, var):
-    """'metalslurm accept' takes (and alone returns) the nodes drained with its prefix."""
-    from infra.accept.verdicts import REASON_PREFIX
-
-    reason = yaml.safe_load((ROLES / role / "vars/main.yml").read_text())[var]
-    assert reason.startswith(REASON_PREFIX + " "), reason
-
-
-def test_slurm_conf_names_the_health_checker_where_its_role_installs_it():
-    assert role_defaults("slurm_controller")["slurm_controller_health_program"] == \
-        role_defaults("slurm_health")["slurm_health_program"]
-
-
-def test_slurm_conf_names_the_prolog_and_epilog_where_their_role_installs_them():
-    controller, role = role_defaults("slurm_controller"), role_defaults("monitoring_node")
-    assert (controller["slurm_controller_job_prolog"], controller["slurm_controller_job_epilog"]) \
-        == (role["monitoring_node_job_prolog"], role["monitoring_node_job_epilog"])
-
-
 def test_the_gpu_job_prolog_writes_where_node_exporter_reads():
+    """Held equal, not single-owner: the prolog program is copied to compute nodes, which
+    have neither this repository nor the collection."""
     program = (ROLES / "monitoring_node/files/metalslurm-gpu-jobs").read_text()
     textfile_dir = re.search(r'^TEXTFILE_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
     assert textfile_dir == role_defaults("monitoring_node")["monitoring_node_textfile_dir"]
 
 
 def test_the_dcgm_exporter_reads_the_job_files_where_the_gpu_job_prolog_writes_them():
+    """Held equal for the same reason: the program on the node keeps its own path."""
     program = (ROLES / "monitoring_node/files/metalslurm-gpu-jobs").read_text()
     map_dir = re.search(r'^DCGM_MAP_DIR = Path\("([^"]+)"\)', program, re.M).group(1)
     assert map_dir == role_defaults("nvidia_gpu")["nvidia_gpu_dcgm_job_map_dir"]
 
 
-def test_slurm_runs_as_the_user_the_common_role_creates():
-    assert role_defaults("slurm_common")["slurm_common_user"] == \
-        role_defaults("common")["common_slurm_user"]
+
+
+# ---- no literal default has two owners -------------------------------------------------------
+# The defaults of settings, by owner: each role's defaults (its public settings, and the
+# literals in their `| default(...)`), the `| default(...)` literals in its vars (the
+# defaults of the settings it reads there; the other values of vars are the role's
+# internals), group_vars, the stack parser's defaults (infra/: dataclass fields, DEFAULT_*
+# constants, `default=` arguments) and the collection's tables (module_utils/: upper-case
+# constants and the values of its DEFAULTS dicts). A non-trivial literal that is the
+# default in two owners is a copy one of them should read from the other.
+
+_DURATION = re.compile(r"^(\d+-)?\d+:\d\d(:\d\d)?$")  # Slurm's 1-00:00:00, 30:00
+_VERSION = re.compile(r"^[1-9]\d{2,}$|^\d+(\.\d+)+$")  # a driver branch ("580"), 24.11, 1.2.3
+_JINJA_DEFAULT = re.compile(r"\|\s*default\(\s*('[^']*'|\"[^\"]*\"|-?\d+)\s*[,)]")
+
+
+def nontrivial(value: object) -> bool:
+    """A port or ID (an int of 1024 or more), a path, a Slurm duration or a version; not a
+    boolean, a small number, an empty value, a word or a file mode ("0755"), nor a whole
+    number of minutes (seconds: an hour is the window of one setting and the timeout of
+    another without either being the other's copy)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 1024 and value % 60 != 0
+    return isinstance(value, str) and (
+        (value.startswith("/") and len(value.strip("/")) > 1) or bool(_DURATION.match(value))
+        or bool(_VERSION.match(value)))
+
+
+def _yaml_literals(value: object, templates_only: bool) -> list[object]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _yaml_literals(v, templates_only)]
+    if isinstance(value, list):
+        return [x for v in value for x in _yaml_literals(v, templates_only)]
+    if isinstance(value, str) and "{{" in value:
+        return [yaml.safe_load(m.group(1)) for m in _JINJA_DEFAULT.finditer(value)]
+    return [] if templates_only else [value]
+
+
+def _python_literals(path: Path, infra: bool) -> list[tuple[str, object]]:
+    """(name, literal) of the defaults ``path`` writes (see above)."""
+    found: list[tuple[str, object]] = []
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and infra and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list):
+            found += [(f"{node.name}.{s.target.id}", s.value.value) for s in node.body
+                      if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                      and isinstance(s.value, ast.Constant)]
+        elif isinstance(node, ast.Call) and infra:
+            found += [(f"default= at line {node.lineno}", k.value.value) for k in node.keywords
+                      if k.arg == "default" and isinstance(k.value, ast.Constant)]
+    for node in tree.body:
+        target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                  else node.target if isinstance(node, ast.AnnAssign) else None)
+        if not isinstance(target, ast.Name) or node.value is None:
+            continue
+        name = target.id
+        if isinstance(node.value, ast.Constant) and (
+                name.startswith("DEFAULT") if infra else name.isupper()):
+            found.append((name, node.value.value))
+        elif isinstance(node.value, ast.Dict) and "DEFAULTS" in name:
+            found += [(f"{name}[{ast.unparse(k)}]", v.value)
+                      for k, v in zip(node.value.keys, node.value.values, strict=True)
+                      if k is not None and isinstance(v, ast.Constant)]
+    return found
+
+
+def literal_defaults(repo: Path) -> dict[object, set[str]]:
+    """Each non-trivial literal default under ``repo``, with where it is written as
+    "owner: setting" (the owner a role, group_vars, infra or a module_utils table)."""
+    found: dict[object, set[str]] = defaultdict(set)
+
+    def add(owner: str, setting: str, literals: list[object]) -> None:
+        for literal in literals:
+            if nontrivial(literal):
+                found[literal].add(f"{owner}: {setting}")
+
+    for part, templates_only in (("defaults", False), ("vars", True)):
+        for path in sorted(repo.glob(f"roles/*/{part}/main.yml")):
+            owner = f"roles/{path.parts[-3]}"
+            for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+                add(owner, f"{part}/{name}", _yaml_literals(value, templates_only))
+    for path in sorted((repo / "ansible/group_vars").rglob("*.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            add("group_vars", name, _yaml_literals(value, False))
+    for path in sorted((repo / "infra").rglob("*.py")):
+        for name, value in _python_literals(path, infra=True):
+            add("infra", f"{path.relative_to(repo)}:{name}", [value])
+    utils = repo / COLLECTION.relative_to(REPO) / "plugins/module_utils"
+    for path in sorted(utils.glob("*.py")):
+        for name, value in _python_literals(path, infra=False):
+            add(f"module_utils/{path.name}", name, [value])
+    return found
+
+
+def copies(found: dict[object, set[str]]) -> list[str]:
+    """The literals written as the default of settings in two owners or more."""
+    return [f"{literal!r}: {', '.join(sorted(where))}" for literal, where in
+            sorted(found.items(), key=lambda item: repr(item[0]))
+            if len({w.split(": ")[0] for w in where}) > 1]
+
+
+def test_no_literal_default_has_two_owners():
+    assert copies(literal_defaults(REPO)) == []
+
+
+def test_the_scan_sees_the_owners_tables():
+    """The scan reads what it should: the tables the roles read through filters."""
+    found = literal_defaults(REPO)
+    assert found[6819] == {"module_utils/cluster_defaults.py: SLURMDBD_PORT"}
+    assert found["580"] == {"module_utils/gpu.py: DEFAULTS['branch']"}
+    assert found[3306] == {
+        "module_utils/cluster_defaults.py: ACCOUNTING_DEFAULTS['database_port']"}
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("roles/b/defaults/main.yml", "b_port: 6819\n"),
+    ("roles/b/defaults/main.yml", "b_time: \"{{ b_settings.time | default('1-00:00:00') }}\"\n"),
+    ("roles/b/vars/main.yml", "__b_dir: \"{{ b_settings.dir | default('/usr/local/sbin') }}\"\n"),
+    ("ansible/group_vars/all/x.yml", "__x_branch: \"{{ x.branch | default('580') }}\"\n"),
+    ("infra/b_config.py", "from dataclasses import dataclass\n\n\n@dataclass\nclass B:\n"
+                          "    port: int = 6819\n"),
+    ("infra/b.py", "def parse(c, item):\n"
+                   "    return c.string(item, 'time', default='1-00:00:00')\n"),
+])
+def test_the_scan_finds_a_planted_copy(tmp_path, path, text):
+    """A tree whose one role owns a setting, and a copy of one of its defaults planted
+    elsewhere: the copy is found; the tree without it has none."""
+    (tmp_path / "roles/a/defaults").mkdir(parents=True)
+    (tmp_path / "roles/a/defaults/main.yml").write_text(
+        "a_port: 6819\na_dir: /usr/local/sbin\na_time: 1-00:00:00\na_branch: '580'\n"
+        "a_mode: '0755'\na_enabled: true\na_retries: 3\n")
+    (tmp_path / "infra").mkdir()
+    (tmp_path / "ansible/group_vars").mkdir(parents=True)
+    (tmp_path / COLLECTION.relative_to(REPO) / "plugins/module_utils").mkdir(parents=True)
+    assert copies(literal_defaults(tmp_path)) == []
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text(text)
+    assert len(copies(literal_defaults(tmp_path))) == 1

@@ -123,10 +123,10 @@ def test_names_the_nodes_already_have_are_refused_all_at_once():
 
 
 @pytest.mark.parametrize(("variable", "role"), [
-    ("common_slurm_user", "common"), ("slurm_rest_user", "slurm_rest"),
-    ("slurm_exporter_user", "slurm_exporter")])
+    ("slurm_rest_user", "slurm_rest"), ("slurm_exporter_user", "slurm_exporter")])
 def test_the_system_users_the_roles_make_are_reserved(variable, role):
-    """The roles' defaults own these names; the reserved list must hold each of them."""
+    """The roles' defaults own these names; the reserved list must hold each of them (the
+    slurm user's name it takes from module_utils/cluster_defaults.py, as the roles do)."""
     defaults = yaml.safe_load((REPO / "roles" / role / "defaults/main.yml").read_text())
     assert defaults[variable] in ROLE_ACCOUNTS
 

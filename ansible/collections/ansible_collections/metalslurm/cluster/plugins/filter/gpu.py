@@ -13,6 +13,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "os_release": gpu.os_release,
+            "gpu_settings": gpu.gpu_settings,
             "gpu_problems": gpu.gpu_problems,
             "nvidia_driver_packages": gpu.driver_packages,
             "dcgm_package": gpu.dcgm_package,

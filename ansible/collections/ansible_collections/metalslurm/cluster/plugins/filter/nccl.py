@@ -34,6 +34,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "interface_of": interface_of,
+            "nccl_config": nccl.nccl_config,
             "nccl_settings": nccl_settings,
             "nccl_setting_problems": nccl.setting_problems,
             "nccl_conf": nccl.render_nccl_conf,

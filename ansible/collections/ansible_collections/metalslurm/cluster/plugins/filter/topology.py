@@ -37,6 +37,7 @@ def discovered_topology(stdout: str, hosts: list[str], previous: str, plugin: st
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "topology_settings": topology.topology_settings,
             "topology_from_inventory": topology_from_inventory,
             "discovered_topology": discovered_topology,
         }

@@ -1,11 +1,14 @@
 """The cluster users' groups, for the common role: the supplementary groups the config
 gives a user (its groups, and the admin group for an admin), and the ones a node gives them
-(from getent's group database)."""
+(from getent's group database); the access settings over their defaults
+(module_utils/users.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from ansible_collections.metalslurm.cluster.plugins.module_utils import users
 
 
 def user_groups(user: Mapping[str, Any], admin_group: str) -> list[str]:
@@ -29,4 +32,5 @@ def member_of(name: str, getent_group: Mapping[str, Any]) -> list[str]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"user_groups": user_groups, "member_of": member_of}
+        return {"user_groups": user_groups, "member_of": member_of,
+                "access_settings": users.access_settings}

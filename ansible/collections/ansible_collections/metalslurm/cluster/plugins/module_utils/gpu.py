@@ -30,7 +30,28 @@ MODES = ("install", "preinstalled", "off")
 GPUDIRECT_CHOICES = ("auto", "dmabuf", "peermem", "off")
 REBOOT_POLICIES = ("never", "drain")
 FABRIC_MANAGER_CHOICES = ("auto", "off")
-DEFAULT_BRANCH = "580"
+# What a node gets for a key ``metalslurm_gpu`` leaves out: the stack parser
+# (infra/stack/gpu.py) fills the stack's keys from here, the role merges a hand-written
+# inventory's value over it (filter ``gpu_settings``).
+DEFAULTS: dict[str, Any] = {
+    "mode": "install",
+    "branch": "580",
+    "version": "",                 # empty: the newest of the branch
+    "fabric_manager": "auto",      # auto: where lspci shows NVSwitches
+    "fabric_manager_version": "",  # must be the driver's, when given
+    "dcgm": True,
+    "dcgm_version": "",            # empty: the newest at the first install, then held
+    "dcgm_exporter_version": "",   # likewise; an exporter release is built for one DCGM
+    "gpudirect": "auto",
+    "container_toolkit": True,     # when containers are enabled
+    "mig": False,
+    "reboot_policy": "never",
+    # NVIDIA's repositories unless these name a mirror (empty: NVIDIA's URL for the node's
+    # OS release, the repository's published key, the fingerprint pinned below).
+    "repository": {"url": "", "key_url": "", "key_fingerprint": ""},
+    "container_toolkit_repository": {"url": "", "key_url": "", "key_fingerprint": ""},
+}
+DEFAULT_BRANCH: str = DEFAULTS["branch"]
 BRANCH_RE = re.compile(r"^[0-9]{3}$")
 VERSION_RE = re.compile(r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$")
 FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
@@ -54,21 +75,19 @@ def os_release(distribution: str, version: str) -> str:
     return cuda_repository(distribution, version)
 
 
-def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
-                 gpu_types: Sequence[str] = ()) -> list[str]:
-    """Why the role must not install ``settings`` (``metalslurm_gpu``) on a node running
-    ``release`` (``debian12``...; None: not known yet) with GPUs of ``gpu_types``; one
-    sentence each, naming the setting."""
+def gpu_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``settings`` (the inventory's ``metalslurm_gpu``) over :data:`DEFAULTS`: a key it
+    leaves out gets the default (a key it gives, even empty, stays its own)."""
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULTS.items()}
+    merged.update(settings or {})
+    return merged
+
+
+def _version_problems(settings: Mapping[str, Any], branch: str) -> list[str]:
+    """The driver's and the fabric manager's versions against the branch and each other."""
     problems: list[str] = []
-    mode = str(settings.get("mode", "install"))
-    if mode not in MODES:
-        problems.append(f"mode is {mode!r}; it must be one of {', '.join(MODES)}")
-    branch = str(settings.get("branch", DEFAULT_BRANCH))
     version = str(settings.get("version") or "")
     fm_version = str(settings.get("fabric_manager_version") or "")
-    if not BRANCH_RE.match(branch):
-        problems.append(f"branch is {branch!r}; it must be a driver branch, three digits such "
-                        f"as {DEFAULT_BRANCH}")
     for name, value in (("version", version), ("fabric_manager_version", fm_version)):
         if value and not VERSION_RE.match(value):
             problems.append(f"{name} is {value!r}; it must be a driver version such as "
@@ -83,6 +102,11 @@ def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
         problems.append(f"fabric_manager_version {fm_version} differs from the driver's "
                         f"{version}: the fabric manager must be exactly the driver's version "
                         f"(CUDA fails with error 802 otherwise); remove it or set {version}")
+    return problems
+
+
+def _dcgm_problems(settings: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
     for name in ("dcgm_version", "dcgm_exporter_version"):
         value = str(settings.get(name) or "")
         if value and not PACKAGE_VERSION_RE.match(value):
@@ -91,27 +115,31 @@ def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
         elif value and settings.get("dcgm") is False:
             problems.append(f"{name} {value} is set but dcgm is false; remove it or set dcgm "
                             f"true")
-    for name, choices in (("gpudirect", GPUDIRECT_CHOICES),
-                          ("fabric_manager", FABRIC_MANAGER_CHOICES),
-                          ("reboot_policy", REBOOT_POLICIES)):
-        value = str(settings.get(name, choices[0]))
-        if value not in choices:
-            problems.append(f"{name} is {value!r}; it must be one of {', '.join(choices)}")
-    if mode == "install" and release is not None and BRANCH_RE.match(branch):
-        first = FIRST_BRANCH.get(release)
-        if first is None:
-            problems.append(f"the OS release {release} has no NVIDIA CUDA repository "
-                            f"metalslurm knows; supported: {', '.join(sorted(FIRST_BRANCH))} "
-                            f"(or set mode preinstalled)")
-        elif int(branch) < first:
-            problems.append(f"branch {branch} is not supported on {release}: NVIDIA's "
-                            f"repository for it starts with branch {first}; set branch "
-                            f"{max(first, int(DEFAULT_BRANCH))}")
-    if settings.get("mig"):
-        cannot = sorted({t for t in gpu_types if t and t not in MIG_CAPABLE})
-        if cannot:
-            problems.append(f"mig is true, but {', '.join(cannot)} GPUs cannot be partitioned "
-                            f"with MIG (only {', '.join(MIG_CAPABLE)} can); set mig false")
+    return problems
+
+
+def _choice_problems(settings: Mapping[str, Any]) -> list[str]:
+    return [f"{name} is {value!r}; it must be one of {', '.join(choices)}"
+            for name, choices in (("gpudirect", GPUDIRECT_CHOICES),
+                                  ("fabric_manager", FABRIC_MANAGER_CHOICES),
+                                  ("reboot_policy", REBOOT_POLICIES))
+            if (value := str(settings.get(name, DEFAULTS[name]))) not in choices]
+
+
+def _release_problems(branch: str, release: str) -> list[str]:
+    """Whether NVIDIA's repository for ``release`` carries ``branch``."""
+    first = FIRST_BRANCH.get(release)
+    if first is None:
+        return [f"the OS release {release} has no NVIDIA CUDA repository metalslurm knows; "
+                f"supported: {', '.join(sorted(FIRST_BRANCH))} (or set mode preinstalled)"]
+    if int(branch) < first:
+        return [f"branch {branch} is not supported on {release}: NVIDIA's repository for it "
+                f"starts with branch {first}; set branch {max(first, int(DEFAULT_BRANCH))}"]
+    return []
+
+
+def _repository_problems(settings: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
     for name in ("repository", "container_toolkit_repository"):
         repo = settings.get(name) or {}
         fpr = str(repo.get("key_fingerprint") or "")
@@ -121,6 +149,32 @@ def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
         if repo.get("url") and not str(repo["url"]).startswith(("https://", "http://", "file:/")):
             problems.append(f"{name}.url {repo['url']!r} must be an http(s):// or file:/ URL")
     return problems
+
+
+def gpu_problems(settings: Mapping[str, Any], release: str | None = None,
+                 gpu_types: Sequence[str] = ()) -> list[str]:
+    """Why the role must not install ``settings`` (``metalslurm_gpu``) on a node running
+    ``release`` (``debian12``...; None: not known yet) with GPUs of ``gpu_types``; one
+    sentence each, naming the setting."""
+    problems: list[str] = []
+    mode = str(settings.get("mode", DEFAULTS["mode"]))
+    if mode not in MODES:
+        problems.append(f"mode is {mode!r}; it must be one of {', '.join(MODES)}")
+    branch = str(settings.get("branch", DEFAULT_BRANCH))
+    if not BRANCH_RE.match(branch):
+        problems.append(f"branch is {branch!r}; it must be a driver branch, three digits such "
+                        f"as {DEFAULT_BRANCH}")
+    problems += _version_problems(settings, branch)
+    problems += _dcgm_problems(settings)
+    problems += _choice_problems(settings)
+    if mode == "install" and release is not None and BRANCH_RE.match(branch):
+        problems += _release_problems(branch, release)
+    if settings.get("mig"):
+        cannot = sorted({t for t in gpu_types if t and t not in MIG_CAPABLE})
+        if cannot:
+            problems.append(f"mig is true, but {', '.join(cannot)} GPUs cannot be partitioned "
+                            f"with MIG (only {', '.join(MIG_CAPABLE)} can); set mig false")
+    return problems + _repository_problems(settings)
 
 
 def fingerprints(gpg_colons: str) -> list[str]:

@@ -90,6 +90,20 @@ NCCL_VARIABLES: dict[str, str] = {
     "NCCL_TOPO_FILE": "XML topology file NCCL loads before detecting the node's own",
 }
 
+# ``metalslurm_nccl`` (the stack config's ``metalslurm:nccl``) for what it leaves out:
+# nccl.conf is written; no settings over the derived ones; the bootstrap interface is the one
+# carrying the node's private address. infra/stack/nccl.py fills the stack's keys from here,
+# the nccl_ib role merges a hand-written inventory's value over it (filter ``nccl_config``).
+DEFAULTS: dict[str, Any] = {"enabled": True, "settings": {}, "socket_ifname": ""}
+
+
+def nccl_config(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``metalslurm_nccl`` over :data:`DEFAULTS` (a key it gives stays its own)."""
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULTS.items()}
+    merged.update(value or {})
+    return merged
+
+
 GPUDIRECT_MODES = ("peermem", "dmabuf")
 
 

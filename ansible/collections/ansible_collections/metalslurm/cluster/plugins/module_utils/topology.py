@@ -25,6 +25,23 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurmconf impor
 
 PLUGINS = ("tree", "block")
 SOURCES = ("config", "ibnetdiscover")
+# ``metalslurm_topology`` for what an inventory leaves out (the roles merge over it with the
+# ``topology_settings`` filter; infra/stack/topology.py takes the plugin from here). Source
+# none: an inventory that describes no switches gets no topology.conf and no TopologyPlugin
+# (a stack config always says where its tree comes from: config unless given).
+INVENTORY_DEFAULTS: dict[str, Any] = {
+    "plugin": "tree", "source": "none", "leaf_spines": {}, "spines": [], "block_sizes": [],
+    "discovery_host": "", "simulator_fabric": ""}
+
+
+def topology_settings(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``metalslurm_topology`` over :data:`INVENTORY_DEFAULTS` (a key it gives stays its
+    own)."""
+    merged = {k: (type(v)(v) if isinstance(v, dict | list) else v)
+              for k, v in INVENTORY_DEFAULTS.items()}
+    merged.update(value or {})
+    return merged
+
 ROOT = "root"
 UNPLACED = "unplaced"
 # A switch or block name Slurm reads as one hostlist word (no ',', '[', ']' or spaces).

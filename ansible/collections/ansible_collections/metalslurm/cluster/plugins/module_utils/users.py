@@ -16,6 +16,8 @@ import re
 import struct
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import SLURM_USER
+
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
              "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com",
              "sk-ecdsa-sha2-nistp256@openssh.com")
@@ -24,6 +26,21 @@ _LINE_RE = re.compile(r"^(\S+) ([A-Za-z0-9+/]+={0,2})(?: ([^\r\n]*))?$")
 # job there (pam_access before pam_slurm_adopt).
 DEFAULT_ADMIN_GROUP = "hpcadmin"
 DEFAULT_ADMIN_GID = 2999
+# ``metalslurm_access`` (the stack config's ``metalslurm:access``) for what it leaves out:
+# infra/stack/users.py fills the stack's keys from here, the common, infra_access,
+# slurm_pam_adopt and slurm_controller roles merge a hand-written inventory's value over it
+# (filter ``access_settings``). pam_slurm_adopt: SSH to a compute node only with a job there.
+ACCESS_DEFAULTS: dict[str, Any] = {"admin_group": DEFAULT_ADMIN_GROUP,
+                                   "admin_gid": DEFAULT_ADMIN_GID, "pam_slurm_adopt": True}
+
+
+def access_settings(value: Any) -> dict[str, Any]:
+    """``metalslurm_access`` over :data:`ACCESS_DEFAULTS`; an empty admin group or GID is
+    the default one."""
+    merged = {**ACCESS_DEFAULTS, **(value or {})}
+    for name in ("admin_group", "admin_gid"):
+        merged[name] = merged[name] or ACCESS_DEFAULTS[name]
+    return merged
 
 # Names no cluster user, group or admin group may take: Ansible's user and group modules
 # would modify the account or group of that name that a node already has (its groups, shell,
@@ -56,7 +73,7 @@ DISTRIBUTION_NAMES = ("systemd-network", "systemd-resolve", "systemd-timesync",
 # slurm_exporter's slurm_exporter_user) or by the packages they install: munge, Prometheus
 # and Alertmanager (prometheus), MariaDB (mysql), NFS (statd, _rpc), the NVIDIA persistence
 # daemon (nvidia-persistenced on Ubuntu, nvpd on Debian).
-ROLE_ACCOUNTS = ("slurm", "slurmrestd", "metalslurm-exporter", "munge", "prometheus", "mysql",
+ROLE_ACCOUNTS = (SLURM_USER, "slurmrestd", "metalslurm-exporter", "munge", "prometheus", "mysql",
                  "statd", "_rpc", "nvidia-persistenced", "nvpd")
 # The login users of cloud images (Ubuntu's, also OCI's; Debian's; Oracle Linux on OCI; AWS
 # and RHEL-like images): the account Ansible logs in with, which must keep its groups.

@@ -42,10 +42,9 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-
-# munged refuses shorter keys (infra/stack/state.py checks the same before it writes a key file;
-# tests/unit/test_setting_owners.py keeps the two equal); Slurm's JWT keys are as long.
-MIN_KEY_BYTES = 32
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    MUNGE_MIN_KEY_BYTES as MIN_KEY_BYTES,
+)
 
 
 def decode_key(content_b64: str, min_bytes: int = MIN_KEY_BYTES) -> bytes:

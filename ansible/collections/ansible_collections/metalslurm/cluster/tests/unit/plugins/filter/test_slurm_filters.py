@@ -2,14 +2,11 @@
 (plugins/filter/slurm.py)."""
 
 import pytest
-import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.metalslurm.cluster.plugins.filter import slurm as filters
-
-from tests.paths import REPO
-
-ROLE_DEFAULTS = REPO / "roles/slurm_controller/defaults/main.yml"
-ROLE_DEFAULT_TIME = yaml.safe_load(ROLE_DEFAULTS.read_text())["slurm_controller_default_time"]
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    DEFAULT_JOB_TIME as ROLE_DEFAULT_TIME,  # slurm_controller_default_time
+)
 
 FACTS = {"ansible_facts": {"processor_count": 2, "processor_cores": 56,
                            "processor_threads_per_core": 2, "memtotal_mb": 2063937}}
