@@ -9,7 +9,7 @@ changes (test_nothing_reaches_this_machine shows the refusals).
 
 The fake inventory is the default local stack's, as 'local up' writes it (the inventory
 contract), with secret files written for the run, every host's facts a Debian 13 node's,
-and each role on the group site.yml gives it (the controller where that group is empty).
+and each role on the hosts site.yml gives it.
 The stand-in answers what a fresh node would for the reads later tasks look at (no file
 kept yet, nothing installed); a few probes get the output a real node gives (STAND_IN).
 """
@@ -102,14 +102,14 @@ TIMEOUT = 240
 
 
 @cache
-def site_group(role: str) -> str:
-    """The first group of the first site.yml play that applies ``role``."""
+def site_hosts(role: str) -> str:
+    """The host pattern of the first site.yml play that applies ``role``."""
     for play in yaml.safe_load((REPO / "ansible" / "site.yml").read_text()):
         names = [r["role"] if isinstance(r, dict) else r for r in play.get("roles") or []]
         names += [t["ansible.builtin.include_role"]["name"] for t in play.get("tasks") or []
                   if "ansible.builtin.include_role" in t]
         if role in names:
-            return next(p for p in play["hosts"].split(":") if not p.startswith("!"))
+            return str(play["hosts"])
     raise AssertionError(f"ansible/site.yml does not apply role {role}")
 
 
@@ -156,13 +156,15 @@ def run_alone(work: Path, name: str, play: list[dict], inventory: dict,
 
 
 def role_play(role: str, inventory: dict, validate_only: bool = False) -> tuple[list, dict]:
-    """The playbook that applies ``role`` alone, and its inventory (the role's group given
-    the controller where the fake inventory leaves it empty)."""
+    """The playbook that applies ``role`` alone to the hosts site.yml gives it, and its
+    inventory (a group site.yml makes in the run, such as the monitoring host's, holds the
+    controller here)."""
     inventory = json.loads(json.dumps(inventory))
-    group = site_group(role)
+    hosts = site_hosts(role)
     children = inventory["all"]["children"]
-    if group != "localhost" and not (children.get(group) or {}).get("hosts"):
-        children[group] = {"hosts": {"ctl": None}}
+    for group in hosts.split(":"):
+        if group.startswith("metalslurm_") and group != "metalslurm_powered_down":
+            children[group] = {"hosts": {"ctl": None}}
     if role in ("nfs_client", "nfs_server"):  # as site.yml runs them: with NFS storage
         children["nfs_server"] = {"hosts": {"ctl": None}}
         inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
@@ -171,12 +173,12 @@ def role_play(role: str, inventory: dict, validate_only: bool = False) -> tuple[
     play: list[dict] = [{"name": "Facts of every host", "hosts": "all:!localhost",
                          "gather_facts": True, "tasks": []}]
     if validate_only:
-        play.append({"name": f"{role}'s validate.yml alone", "hosts": group,
+        play.append({"name": f"{role}'s validate.yml alone", "hosts": hosts,
                      "gather_facts": False, "tasks": [{
                          "name": "Validate", "ansible.builtin.include_role": {
                              "name": role, "tasks_from": "validate.yml"}}]})
     else:
-        play.append({"name": f"{role} alone", "hosts": group, "gather_facts": False,
+        play.append({"name": f"{role} alone", "hosts": hosts, "gather_facts": False,
                      "roles": [role]})
     return play, inventory
 
