@@ -53,7 +53,7 @@ lint: deps
 UNIT_TESTS := tests/unit tests/pulumi roles ansible/collections/ansible_collections/metalslurm/cluster/tests
 
 # One test process per core (pytest-xdist), each test file on one of them (a module's
-# fixtures, such as test_render.py's Ansible run, are made once).
+# fixtures, such as the controller render tests' Ansible run, are made once).
 unit: deps
 	$(BIN)/pytest -n auto --dist loadfile $(UNIT_TESTS)
 

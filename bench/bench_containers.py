@@ -25,7 +25,7 @@ from pathlib import Path
 
 # The e2e tests' image: a node's own bash and coreutils with their libraries, a marker
 # file, no device nodes.
-from tests.e2e.conftest import BUILD_IMAGE, IMAGE
+from tests.e2e.cluster import BUILD_IMAGE, IMAGE
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_EXTRA_S = 2.0

@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.pulumi.mocks import run_program
-from tests.pulumi.test_program import SECRET_VALUES, example
+from tests.pulumi.mocks import SECRET_VALUES, example, run_program
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.conftest import TRAIN_ENV, WHEELHOUSE, e2e_stack, train_wheels
+from tests.e2e.cluster import TRAIN_ENV, WHEELHOUSE, e2e_stack, train_wheels
 
 REPO = Path(__file__).resolve().parents[1]
 USER = "alice"

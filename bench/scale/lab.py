@@ -165,11 +165,11 @@ def settings_of(conf: str) -> dict[str, str]:
 
 def lab_inventory(nodes: Sequence[str], plugin: str, static: int | None = None,
                   elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The default local stack's inventory (tests/unit/test_render.py) with ``nodes`` as its
+    """The default local stack's inventory (tests/slurm_render.py) with ``nodes`` as its
     8-GPU H100 compute nodes in every partition (the first ``static`` static, all when None,
     the rest elastic with the ``elastic`` timings over the provider's), no slurmdbd and no
     REST API."""
-    from tests.unit.test_render import inventory_with_nodes
+    from tests.slurm_render import inventory_with_nodes
 
     inventory = inventory_with_nodes(list(nodes), static)
     top = inventory["all"]
@@ -197,7 +197,7 @@ def render(workdir: Path, nodes: Sequence[str], topology_conf: str, plugin: str,
     """The controller role's own tasks/render.yml for ``nodes`` (Slurm 24.11), with the
     size tuning on or off, plus ``topology_conf``; written to ``workdir``/etc. ``static``
     and ``elastic``: as :func:`lab_inventory`."""
-    from tests.unit.test_render import run_render
+    from tests.slurm_render import run_render
 
     out = workdir / f"render-{'tuned' if tuning else 'untuned'}"
     out.mkdir(parents=True, exist_ok=True)

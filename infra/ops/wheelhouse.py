@@ -3,7 +3,7 @@ on this machine so that nodes without a reachable package index install from it
 (``PIP_NO_INDEX=1 PIP_FIND_LINKS=/shared/wheelhouse``, as ``examples/setup-train-env.sh``
 says).
 
-``metalslurm wheelhouse`` and the e2e tests (``train_wheels`` in tests/e2e/conftest.py) fill
+``metalslurm wheelhouse`` and the e2e tests (``train_wheels`` in tests/e2e/cluster.py) fill
 one with the same function, :func:`fill_wheelhouse`. This machine's pip downloads for
 another interpreter and platform: binary wheels only, for CPython ``--python`` on the
 manylinux platforms every supported node OS runs (glibc 2.35 or newer).

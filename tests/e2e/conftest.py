@@ -3,197 +3,33 @@
 Every Debian 13 module shares one cluster (``debian13``), brought up once per session from
 nothing (leftovers of earlier runs removed first) and removed at the end; each module
 leaves it as it found it: jobs finished, elastic nodes powered down, the stack config's
-settings in place. The Debian 12 module brings up its own small cluster. The helpers the
-modules share live here; no test module imports another. Each module's wall time is
-printed at the end of the run.
+settings in place. The Debian 12 module brings up its own small cluster. This file holds
+the fixtures and hooks only: what the modules share is in tests/e2e/cluster.py (evidence of
+a failure in tests/e2e/evidence.py); no test module imports another, nor this file. Each
+module's wall time is printed at the end of the run.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from infra.ops.wheelhouse import fill_wheelhouse
+from tests.e2e.cluster import LocalStack, cluster_containers, e2e_stack, mark_up, metalslurm
+from tests.e2e.evidence import remove_finished_runs, save_evidence
 
-REPO = Path(__file__).resolve().parents[2]
-STACKS = Path(__file__).resolve().parent / "stacks"
-# The offline mirror of the container artifacts (Enroot .deb files, Pyxis source): never
-# in the repository; found next to the checkout, or named by METALSLURM_VENDOR_DIR.
-VENDOR_CANDIDATES = (REPO.parent / "shared" / "vendor", Path("/work/shared/vendor"))
-# Registry logins the e2e clusters get (a registry no test reaches: only the file matters).
-E2E_REGISTRY = "registry.e2e.invalid"
-# The e-mail receiver's SMTP password (test data, not a credential: the server it logs in to
-# is the test's own, on the controller's loopback).
-E2E_SMTP_PASSWORD = "e2e-not-a-real-smtp-password"
-# The receivers of the stacks with monitoring test equipment (E2E_RECEIVER_STACKS): the
-# test's own servers on the controller's loopback (tests/e2e/test_monitoring.py), their URLs
-# and password in the alert secrets file (E2E_ALERT_SECRETS).
-E2E_RECEIVER_STACKS = ("Pulumi.e2e-debian13.yaml",)
-E2E_RECEIVERS = [
-    {"name": "e2e-recorder"},
-    {"name": "e2e-slack", "type": "slack", "channel": "#e2e-alerts"},
-    {"name": "e2e-mail", "type": "email", "to": "hpc-ops@ms-e2e13.example",
-     "from": "alertmanager@ms-e2e13.example", "smarthost": "127.0.0.1:2525",
-     "username": "e2e-alerts", "requireTls": False}]
-E2E_ALERT_SECRETS = {"e2e-recorder": {"url": "http://127.0.0.1:9099/alerts"},
-                     "e2e-slack": {"url": "http://127.0.0.1:9099/slack"},
-                     "e2e-mail": {"password": E2E_SMTP_PASSWORD}}
-
-
-def vendor_dir() -> Path | None:
-    env = os.environ.get("METALSLURM_VENDOR_DIR")
-    for candidate in ([Path(env)] if env else []) + list(VENDOR_CANDIDATES):
-        if (candidate / "pyxis-0.24.0.tar.gz").is_file():
-            return candidate.resolve()
-    return None
-
-
-def _publish(path: Path, text: str, private: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it):
-    the two pytest processes of 'make e2e' (the Debian 12 module beside the others) write
-    these files at once when they collect."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-# The users of the e2e stacks who log in with an SSH key made for the run (mallory has none).
-E2E_KEY_USERS = ("alice", "bob", "dave")
-
-
-def user_key(name: str) -> Path:
-    """A cluster user's SSH private key for the e2e tests (made once, 0600; its .pub goes
-    into the stack where the stack file says '<e2e key>'). Made under a lock: both pytest
-    processes of 'make e2e' collect at once, and two key pairs renamed over each other
-    half by half would leave a private key that does not match the published .pub."""
-    keys = REPO / ".metalslurm" / "e2e-stacks" / "user-keys"
-    keys.mkdir(parents=True, exist_ok=True)
-    key = keys / name
-    with open(keys / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not key.with_suffix(".pub").exists():
-            tmp = keys / f".{name}-{os.getpid()}"
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            f"{name}@e2e", "-f", str(tmp)], check=True)
-            os.replace(tmp, key)
-            os.replace(f"{tmp}.pub", key.with_suffix(".pub"))
-    return key
-
-
-def e2e_stack(file_name: str) -> Path:
-    """The e2e stack file as run here: its containers mirror pointed at the mirror this
-    machine has (containers off where it has none; their tests then skip, saying why),
-    and registry credentials from a 0600 file. Written under .metalslurm/e2e-stacks."""
-    doc = yaml.safe_load((STACKS / file_name).read_text())
-    config = doc["config"]
-    out_dir = REPO / ".metalslurm" / "e2e-stacks"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    containers = config.get("metalslurm:containers")
-    if containers is not None and containers.get("enabled", True):
-        vendor = vendor_dir()
-        if vendor is None:
-            config["metalslurm:containers"] = {"enabled": False}
-        else:
-            containers["mirror"] = str(vendor)
-            creds = out_dir / "registry-credentials.yaml"
-            _publish(creds, yaml.safe_dump([{"host": E2E_REGISTRY, "login": "e2e-robot",
-                                             "password": "e2e-not-a-real-password"}]),
-                     private=True)
-            containers["credentialsFile"] = str(creds)
-    if file_name in E2E_RECEIVER_STACKS:
-        monitoring = config.setdefault("metalslurm:monitoring", {})
-        monitoring["receivers"] = [*monitoring.get("receivers", []), *E2E_RECEIVERS]
-        secrets = out_dir / "alert-secrets.yaml"
-        _publish(secrets, yaml.safe_dump(E2E_ALERT_SECRETS), private=True)
-        monitoring["secretsFile"] = str(secrets)
-    for user in config.get("metalslurm:users") or []:
-        if user["name"] in E2E_KEY_USERS:
-            user["sshKeys"] = [user_key(user["name"]).with_suffix(".pub").read_text().strip()]
-    discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
-    if discovery.get("simulator"):
-        discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())
-    out = out_dir / file_name
-    _publish(out, yaml.safe_dump(doc, sort_keys=False))
-    return out
-
-
-DEBIAN13_STACK = e2e_stack("Pulumi.e2e-debian13.yaml")
-
-# ---- a container image without a registry (the container tests of both clusters) -----
-# A small root file system copied from a node's own programs (bash and a few coreutils
-# with their libraries), with no device nodes under /dev (as 'enroot import' makes
-# images), a marker file, and PYTORCH_VERSION in its environment (which turns Enroot's
-# PyTorch hook on); squashed onto shared storage by a compute node.
-IMAGE = "/shared/images/e2e.sqsh"
-MARKER = "metalslurm e2e image"
-BUILD_IMAGE = r"""set -e
-r=$(mktemp -d)
-mkdir -p $r/etc $r/usr/bin $r/tmp $r/dev $r/proc $r/sys $r/run $r/var/run
-ln -s usr/bin $r/bin
-for b in bash sh cat printenv hostname touch ls; do
-    p=/usr/bin/$b; [ -e $p ] || p=/bin/$b; cp -L $p $r/usr/bin/
-    for lib in $(ldd $p | grep -o '/[^ ]*'); do mkdir -p $r$(dirname $lib); cp -L $lib $r$lib; done
-done
-echo '""" + MARKER + r"""' > $r/etc/metalslurm-e2e-image
-echo PYTORCH_VERSION=2.5.0 > $r/etc/environment
-mkdir -p /shared/images
-mksquashfs $r """ + IMAGE + r""" -noappend -all-root -quiet >/dev/null
-rm -rf $r
-find $(dirname """ + IMAGE + r""") -name e2e.sqsh -size +100k
-"""
-# Opens each fake GPU: "No such device or address" is the device cgroup letting the open
-# through to a driver that is not there; "Operation not permitted" is the cgroup refusing.
-PROBE = r"""#!/bin/bash
-for dev in /dev/nvidia[0-9]*; do
-    err=$( (exec 3<$dev) 2>&1 ); echo "${dev#/dev/} ${err##*: }"
-done
-echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-cat /etc/metalslurm-e2e-image
-"""
-
-
-# The CPU training examples' environment (examples/setup-train-env.sh) on the cluster.
-TRAIN_ENV = "/shared/envs/train-cpu"
-WHEELHOUSE = "/shared/wheelhouse"
-TRAIN_REQUIREMENTS = REPO / "examples/python/requirements-train-cpu.txt"
-
-
-def train_wheels(python: str) -> Path:
-    """The pinned wheels of the CPU training examples (JAX, Ray) for the nodes' CPython
-    ``python`` ("3.13"), downloaded on this host once (cached under .metalslurm/cache) by
-    what 'metalslurm wheelhouse' runs: the nodes install from them offline, as a site
-    without internet access would from its own mirror."""
-    cache = REPO / ".metalslurm/cache/wheels" / f"train-cpu-py{python}"
-    fill_wheelhouse(cache, python, TRAIN_REQUIREMENTS)
-    return cache
-
-
-def quoted(text: str) -> str:
-    """``text`` as one single-quoted shell word."""
-    return "'" + text.replace("'", "'\\''") + "'"
-
-JOB_TIMEOUT = 240
-POWER_LOG = "/var/log/slurm/metalslurm-power.log"
-# SuspendTime + SuspendTimeout of the Debian 13 stack + the power-saving pass, with margin.
-POWER_DOWN_WITHIN = 15 + 10 + 60
-
+# Seconds per module (setup + tests + teardown), and of the shared work counted in the
+# module that used it first: the terminal summary prints them.
 _MODULE_SECONDS: dict[str, float] = defaultdict(float)
 _SHARED: dict[str, float] = {}
+# Where the failed tests' evidence went.
+_EVIDENCE_DIRS: list[Path] = []
 
 
 def pytest_collection_modifyitems(items):
@@ -201,87 +37,8 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.e2e)
 
 
-# ---- evidence of a failure, saved before the cluster is removed -----------------------
-# A failing e2e test leaves what explains it under .metalslurm/e2e-evidence/<test>/: Slurm's
-# view (sinfo, squeue, scontrol show node/job, sacct), the power programs' log and state,
-# the tail of slurmctld's and each compute node's slurmd log, the containers podman knows.
-# The terminal summary lists the directories, and .ci/run prints their files when the run
-# fails (a CI machine is gone afterwards).
-EVIDENCE = REPO / ".metalslurm" / "e2e-evidence"
-# Each pytest run saves under its own directory: 'make test' runs two side by side.
-RUN_EVIDENCE = EVIDENCE / f"run-{os.getpid()}"
-# Written once the shared Debian 13 cluster's bring-up has ended (tests/schedule.sh).
-UP_MARKER = REPO / ".metalslurm" / "e2e-debian13-up"
-_EVIDENCE_DIRS: list[Path] = []
-CONTROLLER_EVIDENCE = {
-    "sinfo.txt": "sinfo --Node --long; echo; sinfo --long",
-    "squeue.txt": "squeue --all --format='%i %P %j %u %T %M %l %D %R %r'",
-    "scontrol-show-node.txt": "scontrol show node",
-    "scontrol-show-job.txt": "scontrol show job",
-    "sacct.txt": "sacct --allusers --duplicates --starttime=now-3hours --parsable2 "
-                 "--format=JobID,JobName,User,Partition,State,ExitCode,Start,End,NodeList,Reason",
-    "sdiag.txt": "sdiag",
-    "power-log.txt": f"tail -n 300 {POWER_LOG} 2>&1",
-    "power-state.json": "cat /var/log/slurm/metalslurm-power.state.json 2>&1",
-    "slurmctld-log.txt": "tail -n 400 /var/log/slurm/slurmctld.log 2>&1",
-    "reconciler.txt": "systemctl status --no-pager metalslurm-power-reconcile.timer "
-                      "metalslurm-power-reconcile.service 2>&1; "
-                      "journalctl --no-pager -n 100 -u metalslurm-power-reconcile.service 2>&1",
-}
-NODE_EVIDENCE = "tail -n 150 /var/log/slurm/slurmd.log 2>&1; echo; systemctl is-active slurmd"
-
-
-def _podman(*args: str, timeout: int = 30) -> str:
-    try:
-        proc = subprocess.run(["podman", *args], capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"podman {' '.join(args[:3])}...: {exc}\n"
-    return proc.stdout + proc.stderr
-
-
-def save_evidence(nodeid: str) -> Path:
-    """Write what the clusters that run now look like into one directory for ``nodeid``."""
-    name = nodeid.replace("/", "_").replace("::", "__").replace("[", "_").replace("]", "")
-    out = RUN_EVIDENCE / f"{time.strftime('%H%M%S')}-{name}"[:200]
-    out.mkdir(parents=True, exist_ok=True)
-    containers = _podman("ps", "-a", "--format", "{{.Names}}\t{{.Status}}\t{{.Labels}}")
-    (out / "podman-ps.txt").write_text(containers)
-    running = json.loads(_podman("ps", "--format", "json") or "[]")
-    for container in running:
-        labels = container.get("Labels") or {}
-        name = container["Names"][0]
-        if "metalslurm.cluster" not in labels:
-            continue
-        if name.endswith("-ctl"):
-            for file_name, command in CONTROLLER_EVIDENCE.items():
-                (out / f"{name}-{file_name}").write_text(
-                    _podman("exec", name, "sh", "-c", command))
-        else:
-            (out / f"{name}-slurmd.txt").write_text(
-                _podman("exec", name, "sh", "-c", NODE_EVIDENCE))
-    return out
-
-
-def _running(run_dir: Path) -> bool:
-    """Whether the pytest run that saved into ``run_dir`` (run-<pid>) still runs."""
-    pid = run_dir.name.removeprefix("run-")
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def pytest_sessionstart(session):
-    # An earlier run's evidence goes; a run beside this one keeps its own.
-    for run_dir in EVIDENCE.glob("*"):
-        if not _running(run_dir):
-            shutil.rmtree(run_dir, ignore_errors=True)
+    remove_finished_runs()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -328,159 +85,12 @@ def _needs_root_and_podman():
                     pytrace=False)
 
 
-def metalslurm(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
-    """Run the metalslurm CLI as a user would, from the repository root."""
-    proc = subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    return proc
-
-
-def cluster_containers(cluster_name: str) -> list[str]:
-    out = subprocess.run(["podman", "ps", "-a", "--format", "json", "--filter",
-                          f"label=metalslurm.cluster={cluster_name}"],
-                         capture_output=True, text=True, check=True).stdout
-    return sorted(c["Names"][0] for c in json.loads(out or "[]"))
-
-
-def network_exists(name: str) -> bool:
-    return subprocess.run(["podman", "network", "exists", name], check=False).returncode == 0
-
-
-def wait_for(description: str, probe: Callable[[], Any], timeout: float = JOB_TIMEOUT,
-             every: float = 2.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {description} (last: {last!r})")
-
-
-@dataclass
-class LocalStack:
-    """One local cluster of the e2e run: its stack file, names, and ways to use it."""
-
-    stack: Path
-    name: str
-    state_name: str
-    up: subprocess.CompletedProcess[str]
-    elastic: tuple[str, ...] = ()
-    # Where users submit: the stack's first login node (the controller without one).
-    submit_host: str = "ctl"
-
-    @property
-    def state(self) -> Path:
-        return REPO / ".metalslurm" / self.state_name
-
-    @property
-    def inventory(self) -> Path:
-        return self.state / "inventory.yml"
-
-    def on(self, node: str, command: str, user: str | None = None,
-           check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a shell command on a node (as ``user`` from their home directory)."""
-        if user:
-            command = f"cd /home/{user} && runuser -u {user} -- {command}"
-        proc = metalslurm("local", "exec", "--stack", str(self.stack), node, "--", "sh", "-c",
-                          command)
-        if check:
-            assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
-        return proc
-
-    def ctl(self, command: str, user: str | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.on("ctl", command, user, check)
-
-    def login(self, command: str, user: str | None = None,
-              check: bool = True) -> subprocess.CompletedProcess[str]:
-        """On the submit host (the login node), as users run commands."""
-        return self.on(self.submit_host, command, user, check)
-
-    # ---- jobs ----------------------------------------------------------------------
-
-    def submit(self, user: str, args: str) -> str:
-        """sbatch as ``user`` on the submit host, as users submit."""
-        return self.login(f"sbatch --parsable --chdir=/home/{user} -o /dev/null {args}",
-                          user).stdout.strip().split(";")[0]
-
-    def job_field(self, job: str, fmt: str) -> str:
-        return self.ctl(f"squeue --noheader --jobs={job} --format='{fmt}'",
-                        check=False).stdout.strip()
-
-    def sacct_rows(self, job: str, fields: str, duplicates: bool = False) -> list[list[str]]:
-        dup = "--duplicates " if duplicates else ""
-        out = self.ctl(f"sacct {dup}--allocations --noheader --parsable2 --jobs={job} "
-                       f"--format={fields}").stdout
-        return [line.split("|") for line in out.splitlines() if line]
-
-    def final_state(self, job: str) -> str | None:
-        rows = self.sacct_rows(job, "State")
-        state = rows[-1][0] if rows else ""
-        return state if state and state not in ("PENDING", "RUNNING", "REQUEUED") else None
-
-    def release_requeued(self, job: str, within: float = 60) -> None:
-        """Slurm holds a requeued batch job about 2 minutes (squeue reason BeginTime) before
-        it may start again; let it go now, as an administrator can. Waits up to ``within``
-        seconds for the hold (a job that is running or finished needs nothing; one pending
-        for another reason is let go all the same, which changes nothing for it)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            state = self.job_field(job, "%T %r")
-            if state == "PENDING BeginTime" or not state.startswith("PENDING"):
-                break
-            time.sleep(0.5)
-        self.ctl(f"scontrol update jobid={job} StartTime=now", check=False)
-
-    def wait_until_done(self, job: str, timeout: float = JOB_TIMEOUT) -> str:
-        return wait_for(f"job {job} to finish", lambda: self.final_state(job), timeout=timeout)
-
-    # ---- elastic nodes ---------------------------------------------------------------
-
-    def container_state(self, node: str) -> str:
-        out = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}}",
-                              f"{self.name}-{node}"], capture_output=True, text=True,
-                             check=False)
-        return out.stdout.strip() or "absent"
-
-    def slurm_state(self, node: str) -> str:
-        return self.ctl(f"sinfo --noheader --Node --partition=train --nodes={node} "
-                        "--format=%T").stdout.strip()
-
-    def all_powered_down(self) -> bool:
-        return all(self.container_state(n) != "running" and self.slurm_state(n) == "idle~"
-                   for n in self.elastic)
-
-    def wait_for_elastic_nodes_down(self, timeout: float = 400) -> None:
-        """Until every elastic node is powered down (Slurm's SuspendTime, or a resume that
-        runs into ResumeTimeout, then a requeued job's run and SuspendTime again)."""
-        wait_for("the elastic nodes to be powered down", self.all_powered_down,
-                 timeout=timeout)
-
-    def power_events(self, event: str, node: str | None = None,
-                     ok: bool | None = None) -> list[dict]:
-        lines = self.ctl(f"cat {POWER_LOG}").stdout.splitlines()
-        events = [json.loads(line) for line in lines if line.startswith("{")]
-        return [e for e in events if e.get("event") == event
-                and (node is None or e.get("node") == node or node in e.get("nodes", []))
-                and (ok is None or e.get("ok") is ok)]
-
-
-def mark_up(seconds: float) -> None:
-    """Tell tests/schedule.sh that the shared cluster's bring-up has ended (up or not): it
-    starts the work it runs beside these modules now."""
-    UP_MARKER.parent.mkdir(parents=True, exist_ok=True)
-    UP_MARKER.write_text(f"{seconds:.1f}\n")
-
-
 @pytest.fixture(scope="session")
 def debian13():
     """The Debian 13 cluster, brought up once from nothing and shared by every module that
     tests it; removed at the end of the session."""
-    cluster = LocalStack(DEBIAN13_STACK, "ms-e2e13", "e2e-debian13",
+    stack = e2e_stack("Pulumi.e2e-debian13.yaml")
+    cluster = LocalStack(stack, "ms-e2e13", "e2e-debian13",
                          subprocess.CompletedProcess(["local", "up"], 0, "", ""),
                          elastic=("gpu-003", "gpu-004"), submit_host="login-001")
     if os.environ.get("METALSLURM_E2E_REUSE"):
@@ -490,11 +100,11 @@ def debian13():
         return
     start = time.monotonic()
     try:
-        metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
+        metalslurm("local", "down", "--stack", str(stack))
         assert cluster_containers(cluster.name) == []
-        cluster.up = metalslurm("local", "up", "--stack", str(DEBIAN13_STACK))
+        cluster.up = metalslurm("local", "up", "--stack", str(stack))
     finally:
         mark_up(time.monotonic() - start)
     _SHARED["Debian 13 cluster brought up"] = time.monotonic() - start
     yield cluster
-    metalslurm("local", "down", "--stack", str(DEBIAN13_STACK))
+    metalslurm("local", "down", "--stack", str(stack))

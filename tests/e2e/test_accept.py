@@ -27,7 +27,7 @@ import yaml
 from infra.ops.configure import run_playbook
 from infra.ops.verify import run_verify
 from tests import accept_standins
-from tests.e2e.conftest import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
+from tests.e2e.cluster import POWER_DOWN_WITHIN, REPO, metalslurm, wait_for
 
 NODES = ("gpu-001", "gpu-002", "gpu-003", "gpu-004")
 LOCAL = "/var/lib/metalslurm/accept"  # infra/stack/accept.py's LOCAL_DIR, on each machine

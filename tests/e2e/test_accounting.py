@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import metalslurm, wait_for
+from tests.e2e.cluster import metalslurm, wait_for
 
 
 @pytest.fixture(scope="module")

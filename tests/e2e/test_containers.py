@@ -14,7 +14,7 @@ import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.containers import ARTIFACT_NAMES
 
 from infra.ops.configure import ConfigureResult, run_playbook
-from tests.e2e.conftest import (
+from tests.e2e.cluster import (
     BUILD_IMAGE,
     E2E_REGISTRY,
     IMAGE,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import POWER_DOWN_WITHIN, wait_for
+from tests.e2e.cluster import POWER_DOWN_WITHIN, wait_for
 
 ELASTIC = ["gpu-003", "gpu-004"]
 

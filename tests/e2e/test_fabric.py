@@ -15,7 +15,7 @@ import re
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import metalslurm
+from tests.e2e.cluster import metalslurm
 
 CONSOLE = "/run/metalslurm-ibsim/console"
 UMAD2SIM = "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"

@@ -34,7 +34,7 @@ import yaml
 
 from infra.ops.configure import ConfigureResult, run_playbook
 from tests.e2e import nvidia_standins
-from tests.e2e.conftest import JOB_TIMEOUT, REPO, wait_for
+from tests.e2e.cluster import JOB_TIMEOUT, REPO, wait_for
 
 NODES = ("gpu-001", "gpu-002")
 LSPCI = {"gpu-001": "dgx-h100-lspci.txt", "gpu-002": "h100-pcie-lspci.txt"}

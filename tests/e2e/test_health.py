@@ -11,17 +11,14 @@ without the stand-in.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from tests.e2e.conftest import REPO, wait_for
+from tests.e2e.cluster import STAND_IN, stand_in_nvidia_smi, wait_for
 
 # HealthCheckInterval 10 s; slurmd's timer, the check's own run and sinfo's view add a
 # few seconds. Waiting this long is "within one interval", with margin for a busy machine.
 WITHIN_AN_INTERVAL = 45
-GPU_FIXTURES = REPO / "tests" / "fixtures" / "gpu"
-STAND_IN = "/usr/local/bin/nvidia-smi"
 LAST_RUN = "/run/metalslurm-health/last.json"
 
 
@@ -109,16 +106,6 @@ def test_an_unmounted_shared_path_drains_the_node(cluster):
     assert reason == "metalslurm-health: mounts: /shared is not mounted"
     cluster.on("gpu-002", "mount --bind /run/e2e-shared /shared && umount /run/e2e-shared")
     assert wait_for_view(cluster, "gpu-002", lambda s, r: s == "idle", "idle") == ("idle", "none")
-
-
-def stand_in_nvidia_smi(cluster, node: str, fixture: str) -> None:
-    """A stand-in nvidia-smi (a script, not NVIDIA's) replaying a fixture through /shared."""
-    target = cluster.state / "shared" / "shared" / "e2e-gpu" / fixture
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(GPU_FIXTURES / fixture, target)
-    cluster.on(node, f"printf '#!/bin/sh\\n# metalslurm e2e stand-in for nvidia-smi: replays "
-                     f"a fixture\\nexec cat /shared/e2e-gpu/{fixture}\\n' > {STAND_IN}.new && "
-                     f"chmod 755 {STAND_IN}.new && mv {STAND_IN}.new {STAND_IN}")
 
 
 @pytest.mark.parametrize(("fixture", "reason"), [

@@ -24,7 +24,7 @@ from infra.providers.host_ca import (
     host_bundles,
     host_extra_certificates,
 )
-from tests.e2e.conftest import REPO, cluster_containers, metalslurm, network_exists
+from tests.e2e.cluster import REPO, cluster_containers, metalslurm, network_exists
 
 CLUSTER = "ms-e2e13"
 NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004",  # gpu-003, gpu-004: elastic

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import (
+from tests.e2e.cluster import (
     BUILD_IMAGE,
     IMAGE,
     MARKER,

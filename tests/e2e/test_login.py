@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.cluster import wait_for
 
 LOGIN = "login-001"
 CONF = "/run/slurm/conf/slurm.conf"

@@ -23,8 +23,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.e2e.conftest import E2E_SMTP_PASSWORD, REPO, metalslurm, wait_for
-from tests.e2e.test_health import GPU_FIXTURES, STAND_IN, stand_in_nvidia_smi
+from tests.e2e.cluster import (
+    E2E_SMTP_PASSWORD,
+    GPU_FIXTURES,
+    REPO,
+    STAND_IN,
+    metalslurm,
+    stand_in_nvidia_smi,
+    wait_for,
+)
 
 EXPORTER = "http://10.78.13.10:9341/metrics"
 GPU_001_NODE_EXPORTER = "http://10.78.13.11:9100/metrics"

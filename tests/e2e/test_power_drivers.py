@@ -31,7 +31,7 @@ from metalslurm_power.drivers.base import OFF, ON
 from power_helpers.servers import free_port, stop_process, tcp_port_answers, wait_until
 
 from tests.e2e import podman_machines
-from tests.e2e.conftest import REPO
+from tests.e2e.cluster import REPO
 
 NAMES = ["ms-bmc-test-1", "ms-bmc-test-2", "ms-bmc-test-3"]
 USER, PASSWORD = "admin", "bmc-pass-1"

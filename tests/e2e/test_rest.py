@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import wait_for
+from tests.e2e.cluster import wait_for
 from tests.paths import REPO, load_module
 
 client = load_module(REPO / "examples/slurm_rest_client.py", "slurm_rest_client_e2e")

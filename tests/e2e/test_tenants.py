@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import user_key, wait_for
+from tests.e2e.cluster import user_key, wait_for
 
 LOGIN_ADDRESS = "10.78.13.253"
 CTL_ADDRESS = "10.78.13.10"

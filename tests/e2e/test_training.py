@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import REPO, TRAIN_ENV, WHEELHOUSE, quoted, train_wheels, wait_for
+from tests.e2e.cluster import REPO, TRAIN_ENV, WHEELHOUSE, quoted, train_wheels, wait_for
 
 EX = "/shared/examples"
 WORK = "/shared/training-e2e"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from infra.ops.configure import run_playbook
-from tests.e2e.conftest import BUILD_IMAGE, IMAGE, MARKER, user_key, vendor_dir, wait_for
+from tests.e2e.cluster import BUILD_IMAGE, IMAGE, MARKER, user_key, vendor_dir, wait_for
 
 LOGIN_ADDRESS = "10.78.13.253"
 GPU_002 = "10.78.13.12"

@@ -378,17 +378,45 @@ def test_no_test_outside_a_role_loads_the_roles_code():
     assert offenders == [], f"tests outside the role that load its code: {offenders}"
 
 
+PLUGIN_KINDS = ("filter", "lookup", "module_utils", "modules", "plugin_utils")
+
+
 def collection_plugins() -> list[Path]:
-    return sorted(p for kind in ("filter", "module_utils", "plugin_utils")
+    return sorted(p for kind in PLUGIN_KINDS
                   for p in (COLLECTION / "plugins" / kind).glob("*.py"))
+
+
+@cache
+def collection_test_imports() -> dict[str, str]:
+    """Dotted name -> the collection test text that imports it (``from x import y`` gives x
+    and x.y), and the text of the tests (a playbook calling a module or lookup by name)."""
+    found: dict[str, str] = {}
+    for path in sorted((COLLECTION / "tests" / "unit" / "plugins").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for name in names:
+                found.setdefault(name, str(path.relative_to(COLLECTION)))
+    return found
 
 
 @pytest.mark.parametrize("plugin", collection_plugins(),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_each_collection_plugin_is_tested_in_the_collection(plugin):
+    """A test under the collection's tests/unit/plugins imports the plugin itself, or, for a
+    module or lookup, runs a playbook that calls it by its full name
+    (metalslurm.cluster.<name>), as Ansible loads it."""
+    kind = plugin.parent.name
     tests = COLLECTION / "tests" / "unit" / "plugins"
-    text = "".join(p.read_text() for p in tests.rglob("test_*.py"))
-    module = f"plugins.{plugin.parent.name}.{plugin.stem}"
-    imported = (module in text or f"plugins.{plugin.parent.name} import" in text and
-                re.search(rf"import[^\n]*\b{plugin.stem}\b", text) is not None)
-    assert imported, f"no test under {tests.relative_to(REPO)} imports {module}"
+    module = f"ansible_collections.metalslurm.cluster.plugins.{kind}.{plugin.stem}"
+    imported = module in collection_test_imports()
+    called = kind in ("modules", "lookup") and any(
+        re.search(rf"\bmetalslurm\.cluster\.{plugin.stem}\b", p.read_text())
+        for p in (tests / kind).rglob("test_*.py"))
+    assert imported or called, (
+        f"no test under {tests.relative_to(REPO)} imports {module}"
+        + (f" or calls metalslurm.cluster.{plugin.stem}" if kind in ("modules", "lookup")
+           else ""))

@@ -1,4 +1,5 @@
-"""Run the Pulumi program under ``pulumi.runtime.set_mocks`` and record what it registers."""
+"""Run the Pulumi program under ``pulumi.runtime.set_mocks`` and record what it registers; the
+example stacks' settings it runs with (shared by tests/pulumi and bench/bench_pulumi.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+import yaml
+
+from tests.paths import REPO
 
 PROJECT, STACK = "metalslurm", "test"
+# The values of the example stacks' secret settings (their files hold them encrypted).
+SECRET_VALUES = {
+    "metalslurm:sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n"
+                                "-----END OPENSSH PRIVATE KEY-----\n",
+    "metalslurm:bmcCredentials": {"default": {"username": "admin", "password": "pw"}},
+}
+
+
+def example(provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(plain config, secret config) of Pulumi.example-<provider>.yaml."""
+    config = yaml.safe_load((REPO / f"Pulumi.example-{provider}.yaml").read_text())["config"]
+    plain = {k: v for k, v in config.items()
+             if not (isinstance(v, dict) and "secure" in v)}
+    secrets = {k: SECRET_VALUES[k] for k in config if k not in plain}
+    return plain, secrets
 
 
 @dataclass

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from infra.stack.config import ConfigError
-from tests.pulumi.mocks import RecordingMocks, run_program
-from tests.pulumi.test_program import example
+from tests.pulumi.mocks import RecordingMocks, example, run_program
 
 Config = dict[str, Any]
 

@@ -4,32 +4,15 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from infra.stack.inventory import inventory_problems, inventory_view
-from tests.pulumi.mocks import Run, is_secret_value, run_program, unsecret
+from tests.pulumi.mocks import Run, example, is_secret_value, run_program, unsecret
 
-REPO = Path(__file__).resolve().parents[2]
-SECRET_VALUES = {
-    "metalslurm:sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nmock\n"
-                                "-----END OPENSSH PRIVATE KEY-----\n",
-    "metalslurm:bmcCredentials": {"default": {"username": "admin", "password": "pw"}},
-}
 SECRET_EXPORTS = {"mungeKey", "slurmdbdPassword", "slurmJwtKey"}
 INSTANCE = "oci:Core/instance:Instance"
-
-
-def example(provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(plain config, secret config) of Pulumi.example-<provider>.yaml."""
-    config = yaml.safe_load((REPO / f"Pulumi.example-{provider}.yaml").read_text())["config"]
-    plain = {k: v for k, v in config.items()
-             if not (isinstance(v, dict) and "secure" in v)}
-    secrets = {k: SECRET_VALUES[k] for k in config if k not in plain}
-    return plain, secrets
 
 
 @functools.cache

@@ -31,7 +31,7 @@ from infra.stack.config import parse_config
 from infra.stack.inventory import inventory_view
 from infra.stack.schema import ConfigError
 from infra.stack.state import SecretError, StateDir, write_alert_secrets_file
-from tests.unit.test_render import fixture_inventory
+from tests.slurm_render import fixture_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles/monitoring"

@@ -1,5 +1,5 @@
-"""The key_file module (the munge key, Slurm JWT key), run as Ansible runs it: a process
-reading its JSON arguments."""
+"""The key_file module (the munge role's munge key, slurm_common's Slurm JWT key), run as
+Ansible runs it: a process reading its JSON arguments."""
 
 import base64
 import json
@@ -8,21 +8,20 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.paths import COLLECTION
+from ansible_collections.metalslurm.cluster.plugins.modules import key_file
 
 KEY = base64.b64encode(bytes(range(256)) * 4).decode()
 
 
 @pytest.fixture
 def run_module(tmp_path):
-    module = COLLECTION / "plugins/modules/key_file.py"
+    module = key_file.__file__
 
     def run(**args):
         args.setdefault("_ansible_check_mode", False)
         path = tmp_path / "args.json"
         path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True,
+        proc = subprocess.run([sys.executable, module, str(path)], capture_output=True,
                               text=True, check=False)
         return json.loads(proc.stdout)
     return run

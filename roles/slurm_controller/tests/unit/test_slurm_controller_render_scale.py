@@ -1,5 +1,5 @@
 """slurm.conf for a 1,024-node cluster, rendered by the controller role's own tasks/render.yml
-(as tests/unit/test_render.py does for the 4-node local stack): the size-aware settings of
+(as test_slurm_controller_render.py does for the 4-node local stack): the size-aware settings of
 module_utils/slurm_scale.py are there on each release that takes them, the operator's
 settings still win, and with slurm_controller_size_tuning off the file is what the role wrote
 before the tuning existed. Each rendered file is checked against module_utils/slurm_versions.py.
@@ -17,12 +17,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
     check_settings,
 )
 
-from tests.unit.test_render import (
-    inventory_with_nodes,
-    lines,
-    run_render,
-    settings,
-)
+from tests.slurm_render import inventory_with_nodes, lines, run_render, settings
 
 NODES = 1024
 STATIC = 512

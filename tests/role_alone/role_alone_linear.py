@@ -1,0 +1,104 @@
+"""Ansible's linear strategy with no host behind it: a role plays its whole task graph (its
+includes, conditions, loops, variables, registered results, notifications and handlers run
+as Ansible runs them), but no module runs anywhere and nothing reaches a host.
+
+Loaded by tests/lint/test_roles_play_alone.py (ANSIBLE_STRATEGY=role_alone_linear). Every
+module call (on the host or delegated, facts included) is answered by a stand-in result
+and recorded; every path to a host (a command, a file transfer, the connection itself)
+raises; only a stat delegated to this machine is answered from this machine's files (read,
+never changed). The stand-in result reports a change, so every notification a task makes is
+resolved and its handlers run (their modules answered the same way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.executor import task_executor
+from ansible.plugins.action import ActionBase
+from ansible.plugins.connection.local import Connection as LocalConnection
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy
+
+# Given by the test: what each module answers (JSON, by the module's short name, or
+# "task:<task name>" for one task: the keys a later task reads, over COMMON's), and the
+# file each module call is recorded in (one JSON line: host, task, module).
+ANSWERS: dict[str, dict[str, Any]] = json.loads(os.environ.get("ROLE_ALONE_ANSWERS", "{}"))
+RECORD = os.environ.get("ROLE_ALONE_RECORD", "")
+COMMON = {"changed": True, "failed": False, "rc": 0, "stdout": "", "stderr": "",
+          "stdout_lines": [], "stderr_lines": [], "msg": "stand-in: no module ran"}
+
+
+def _refuse(what: str):
+    def refused(self, *args: Any, **kwargs: Any) -> Any:
+        raise AnsibleError(f"role_alone_linear: refused to {what} (no host behind this run)")
+    return refused
+
+
+def _local_stat(args: dict[str, Any]) -> dict[str, Any]:
+    """What ansible.builtin.stat says of a path on this machine (read, never changed)."""
+    path = os.path.expanduser(str(args.get("path", "")))
+    if not os.path.exists(path):
+        return {"stat": {"exists": False}}
+    found: dict[str, Any] = {"exists": True, "path": path, "isreg": os.path.isfile(path),
+                             "isdir": os.path.isdir(path), "islnk": os.path.islink(path)}
+    if found["isreg"] and args.get("get_checksum", True):
+        algorithm = str(args.get("checksum_algorithm", "sha1"))
+        with open(path, "rb") as handle:
+            found["checksum"] = hashlib.new(algorithm, handle.read()).hexdigest()
+    return {"stat": found, "changed": False}
+
+
+def _execute_module(self, module_name=None, module_args=None, task_vars=None, **kwargs):
+    name = module_name or self._task.action
+    if name.rsplit(".", 1)[-1] == "stat" and self._task.delegate_to in ("localhost",
+                                                                        "127.0.0.1"):
+        # the Ansible machine's own files (a mirror of artifacts): answered as they are
+        return {**COMMON, **_local_stat(module_args or self._task.args)}
+    if RECORD:
+        with open(RECORD, "a") as record:
+            record.write(json.dumps({"host": (task_vars or {}).get("inventory_hostname"),
+                                     "task": self._task.name, "module": name}) + "\n")
+    return {**COMMON, **ANSWERS.get(name.rsplit(".", 1)[-1], {}),
+            **ANSWERS.get(f"task:{self._task.name}", {})}
+
+
+ActionBase._execute_module = _execute_module
+
+
+class _NoWait:
+    """The task executor's ``time`` (it only sleeps): a task retried until a stand-in
+    result would do (until/retries/delay), or a loop's pause, does not wait."""
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        return None
+
+
+task_executor.time = _NoWait  # type: ignore[assignment]
+ActionBase._low_level_execute_command = _refuse("run a command on the host")
+ActionBase._transfer_data = _refuse("write a file on the host")
+ActionBase._transfer_file = _refuse("copy a file to the host")
+# Actions that transfer files ask for a directory first; in check mode they stop before
+# the transfer (which is refused all the same).
+def _make_tmp_path(self, *args: Any, **kwargs: Any) -> str:
+    self._connection._shell.tmpdir = "/nonexistent/role-alone-tmp"
+    return self._connection._shell.tmpdir
+
+
+ActionBase._make_tmp_path = _make_tmp_path
+ActionBase._remove_tmp_path = lambda self, *args, **kwargs: None
+ActionBase._remote_expand_user = lambda self, path, *args, **kwargs: path
+ActionBase._execute_remote_stat = lambda self, path, *args, **kwargs: {
+    "exists": False, "checksum": "", "isdir": False}
+LocalConnection._connect = _refuse("connect to the host")
+LocalConnection.exec_command = _refuse("run a command through the connection")
+LocalConnection.put_file = _refuse("put a file through the connection")
+LocalConnection.fetch_file = _refuse("fetch a file through the connection")
+
+
+class StrategyModule(LinearStrategy):
+    pass
