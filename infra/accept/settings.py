@@ -4,7 +4,7 @@ writes the inventory's ``metalslurm_accept``) and the inventory's ``metalslurm_a
 (snake_case keys, for hand-written inventories too; :func:`settings_from_inventory`). One
 validation serves both. Every key is optional; the defaults and their sources are in
 infra/accept/gate.py. ``sharedDir`` (``shared_dir``) is refused with what to do: the gate keeps
-nothing on shared storage any more (docs/accept.md).
+nothing on shared storage any more (docs/how-to/accept.md).
 """
 
 from __future__ import annotations

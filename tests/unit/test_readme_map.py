@@ -71,7 +71,7 @@ def cli_verbs() -> list[str]:
 
 
 def docs_pages() -> list[str]:
-    return sorted(p.relative_to(REPO).as_posix() for p in DOCS.glob("*.md"))
+    return sorted(p.relative_to(REPO).as_posix() for p in DOCS.rglob("*.md"))
 
 
 def test_the_walks_find_what_the_repository_has():
