@@ -36,9 +36,9 @@ about the per-host task time / F plus the per-host fixed cost the control side p
 serially); and the roles and tasks whose seconds grow most with N.
 
     .venv/bin/python -m bench.bench_configure_scale --nodes 2,8,16,32 \\
-        --plot docs/img/configure-scale.png
+        --plot docs/lab/img/configure-scale.png
     .venv/bin/python -m bench.bench_configure_scale --replot \\
-        --plot docs/img/configure-scale.png   # the summary and plot of saved results
+        --plot docs/lab/img/configure-scale.png   # the summary and plot of saved results
 
 Results go to ``--out`` (default ``~/.cache/metalslurm/cfgscale``, bench/out_dir.py).
 """

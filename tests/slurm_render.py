@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from infra.providers.local import node_specs
 from infra.stack.config import load_stack_file
 from infra.stack.inventory import build_inventory, cluster_vars
-from infra.providers.local import node_specs
 from tests.facts import set_facts_task
 from tests.paths import REPO
 

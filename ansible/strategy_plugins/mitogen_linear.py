@@ -1,7 +1,7 @@
 """Ansible's linear strategy run over Mitogen (https://mitogen.networkgenomics.com/):
 one Python interpreter per node for the whole run, modules sent once and cached, instead
 of a new interpreter and a copied module per task. The converged re-run of the default
-stack takes about two thirds of the time (docs/benchmarks.md).
+stack takes about two thirds of the time (docs/lab/benchmarks.md).
 
 Each task runs in a worker process forked from ansible-playbook. A worker that templates
 ``metalslurm.cluster.*`` filters loads every filter file of the collection (Ansible looks a

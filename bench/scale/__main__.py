@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--out", type=Path, default=default_out("scale"))
-    parser.add_argument("--plots", type=Path, default=REPO / "docs/img")
+    parser.add_argument("--plots", type=Path, default=REPO / "docs/lab/img")
     parser.add_argument("--no-recording", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the last lab running")
     parser.add_argument("--bursts-only", action="store_true",

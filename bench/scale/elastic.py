@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="every Nth node's start fails (0: none)")
     p.add_argument("--fail-mode", choices=("once", "always"), default="once")
     p.add_argument("--out", type=Path, default=default_out("scale-elastic"))
-    p.add_argument("--plot", type=Path, default=REPO / "docs/img/scale-elastic.png")
+    p.add_argument("--plot", type=Path, default=REPO / "docs/lab/img/scale-elastic.png")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
     problems = []

@@ -1,7 +1,7 @@
 """The scale lab's machinery: render this project's Slurm files for N simulated nodes, run the
 real slurmctld and one real slurmd per node in one container, and measure it.
 
-Why this route (docs/scale-lab.md has the whole story): Debian 13's ``slurm-wlm-emulator``
+Why this route (docs/lab/scale-lab.md has the whole story): Debian 13's ``slurm-wlm-emulator``
 (24.11.5) is the front-end build, but its daemons link the distribution's ordinary
 ``libslurmfull.so``, which refuses ``FrontendName`` ("without Slurm being configured/built
 with the --enable-front-end option") while the front-end slurmctld refuses to start without

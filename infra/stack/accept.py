@@ -9,7 +9,7 @@ naming the key in the spelling it came in: the stack's go to the stack config's
 inventory's are listed in one :class:`~infra.stack.schema.ConfigError` (``--inventory``). Every
 key is optional; :class:`GateSettings` holds the defaults, with their sources.
 ``sharedDir`` (``shared_dir``) is refused with what to do: the gate keeps nothing on
-shared storage any more (docs/accept.md). The gate's run (infra/accept/gate.py) reads
+shared storage any more (docs/how-to/accept.md). The gate's run (infra/accept/gate.py) reads
 these settings; nothing here imports it.
 """
 

@@ -4,7 +4,7 @@ One parser serves the Pulumi program, ``metalslurm config validate`` and ``metal
 local up``. Every top-level key, its default and its description live in one table,
 :data:`STACK_KEYS`: the parser fills absent keys from it, ``Pulumi.yaml`` declares the
 defaults Pulumi can type from it (``tests/pulumi/test_reference.py`` keeps them equal),
-and docs/config.md documents it. Every problem in a config is collected and reported
+and docs/reference/config.md documents it. Every problem in a config is collected and reported
 together (:class:`~infra.stack.schema.ConfigError`), each naming the key that has to change,
 and every check that can run before a machine exists runs here.
 

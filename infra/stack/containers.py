@@ -45,7 +45,7 @@ CONTAINER_SCOPES = ("global", "job")
 ROLE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles/enroot_pyxis/defaults/main.yml"
 # What to do instead of a mirror this machine does not have.
 WITHOUT_MIRROR = ("or remove mirror to download from upstream, pinned by upstream's own sha256 "
-                  "(docs/containers.md has the stanza)")
+                  "(docs/how-to/containers.md has the stanza)")
 
 
 # Pyxis plugstack options metalslurm writes (pyxis config.c); values are checked here.

@@ -66,7 +66,8 @@ def test_a_gpu_job_without_a_time_limit_gets_the_partitions_default_and_runs(clu
 
 def test_a_job_without_a_time_limit_beyond_the_budget_is_held_with_the_reason(cluster):
     """bob's 10 GPU-minute budget cannot cover 1 GPU for the default day: the job pends
-    with QOSGrpGRESMinutes, which tells him to give a shorter --time (docs/accounting.md)."""
+    with QOSGrpGRESMinutes, which tells him to give a shorter --time
+    (docs/reference/accounting.md)."""
     job = cluster.submit("bob", "--gres=gpu:h100:1 --wrap=hostname")
     try:
         assert wait_for(f"job {job} to be held", lambda: cluster.job_field(job, "%T %r %l")

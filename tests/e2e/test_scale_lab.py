@@ -1,4 +1,4 @@
-"""The scale lab's smoke (bench/scale, docs/scale-lab.md): 256 simulated 8-GPU nodes, each a
+"""The scale lab's smoke (bench/scale, docs/lab/scale-lab.md): 256 simulated 8-GPU nodes, each a
 real slurmd, under the real slurmctld of Slurm 24.11 in one container, configured with the
 slurm.conf and gres.conf the controller role renders for 256 nodes and the topology.conf
 the topology code makes of a synthetic rail-optimized fat tree (8 units of 32). Jobs land as
@@ -62,7 +62,7 @@ def test_every_simulated_node_registers_with_the_rendered_config(lab, topologies
     options = scheduler.split("=", 1)[1].strip().split(",")
     for option in ("bf_continue", "max_rpc_cnt=32", "partition_job_depth=500"):
         assert option in options
-    # Throttled passes only above 512 nodes (measured by the lab itself, docs/scale-lab.md).
+    # Throttled passes only above 512 nodes (measured by the lab itself, docs/lab/scale-lab.md).
     assert "defer_batch" not in options
     assert not any(o.startswith("sched_min_interval") for o in options)
 

@@ -1,5 +1,5 @@
-"""Tenants are adversaries (docs/security.md): on the Debian 13 cluster, ordinary users try
-each attack a cluster user can make, as they would make it (as themselves, on the login
+"""Tenants are adversaries (docs/reference/security.md): on the Debian 13 cluster, ordinary users
+try each attack a cluster user can make, as they would make it (as themselves, on the login
 node, in their own jobs, over SSH from outside), and each test asserts the exact refusal and
 that nothing the attack aimed at changed owner, mode or content.
 

@@ -1,5 +1,5 @@
 """Training workflows on the shared Debian 13 cluster: the job scripts of examples/,
-copied to shared storage and submitted by a user as docs/training.md says.
+copied to shared storage and submitted by a user as docs/how-to/training.md says.
 
 What runs for real: sbatch --test-only of every script; the MPI example (OpenMPI through
 Slurm's PMIx plugin, 2 nodes); the 100-task embedding array; the 2-stage pipeline, with
@@ -378,7 +378,7 @@ def test_a_job_downloads_a_wheel_from_the_index_with_the_nodes_trust(cluster, on
     f"the full online build downloads about 220 MB; set {FULL_ONLINE}=1 to run it (the "
     "one-wheel download above shows the same trust path)"))
 def test_setup_train_env_builds_the_environment_online(cluster, online):
-    """setup-train-env.sh as docs/training.md's online path runs it: no wheelhouse, the real
+    """setup-train-env.sh as docs/how-to/training.md's online path runs it: no wheelhouse, the real
     index, in a job of alice's, into its own directory (the offline one stays as it is)."""
     proc = cluster.ctl(f"cd {WORK} && runuser -u alice -- srun --nodes=1 -w gpu-001 --time=20 "
                        f"env TRAIN_ENV={ONLINE_ENV} {EX}/setup-train-env.sh", check=False)

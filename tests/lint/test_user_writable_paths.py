@@ -4,7 +4,7 @@ A task that writes, creates or changes the owner of a path under a directory use
 (homes, /shared, /tmp, /var/tmp, /dev/shm) runs as a user (``become_user`` other than root)
 or uses the collection's ``home_block`` module, which refuses links, FIFOs, devices and hard
 links. Ansible's own modules do not: ``file`` with ``owner=`` changes a link's target, and
-``blockinfile``/``lineinfile``/``copy``/``template`` resolve links (docs/security.md).
+``blockinfile``/``lineinfile``/``copy``/``template`` resolve links (docs/reference/security.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """One source for every stack key and default: infra/stack/config.py's STACK_KEYS.
 
 ``Pulumi.yaml`` declares the keys Pulumi can type with the parser's defaults, Pulumi's
-project schema accepts the file, the reference table in docs/config.md names every key (with
-the parser's default for each key Pulumi types), and the README's map of keys names each one.
+project schema accepts the file, the reference table in docs/reference/config.md names every
+key (with the parser's default for each key Pulumi types), and the README's map of keys names
+each one.
 """
 
 import re
@@ -28,8 +29,8 @@ def _declared() -> dict:
 
 
 def _reference_rows() -> dict[str, str]:
-    """docs/config.md's table of keys: ``{"metalslurm:<key>": "<default column>"}``."""
-    doc = (REPO / "docs" / "config.md").read_text()
+    """docs/reference/config.md's table of keys: ``{"metalslurm:<key>": "<default column>"}``."""
+    doc = (REPO / "docs/reference/config.md").read_text()
     section = doc.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(metalslurm:[A-Za-z]+)` \| (.*?) \|", section, re.M)
     assert len(rows) == len({k for k, _ in rows}), "a key is documented twice"

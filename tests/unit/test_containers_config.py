@@ -80,7 +80,7 @@ def test_the_secret_file_refuses_an_entry_without_a_host():
 FILES = {"enroot": "enroot_4.1.2-1_amd64.deb", "enrootCaps": "enroot+caps_4.1.2-1_amd64.deb",
          "pyxis": "pyxis-0.24.0.tar.gz"}
 WITHOUT_MIRROR = ("or remove mirror to download from upstream, pinned by upstream's own sha256 "
-                  "(docs/containers.md has the stanza)")
+                  "(docs/how-to/containers.md has the stanza)")
 
 
 def make_mirror(root: Path, skip: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:

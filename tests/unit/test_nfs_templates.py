@@ -1,6 +1,6 @@
 """The NFS roles' exports, nfsd settings and mount units, rendered by Ansible itself from
 the roles' own templates, defaults and vars (no NFS needed: these machines' kernel has none,
-so the roles run for real only where the kernel has NFS; see docs/testing.md)."""
+so the roles run for real only where the kernel has NFS; see docs/reference/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One owner per setting (docs/settings.md): every default is written once, and every other
-reader takes it from there. No literal default is the default of settings in two owners
+"""One owner per setting (docs/reference/settings.md): every default is written once, and
+every other reader takes it from there. No literal default is the default of settings in two owners
 (:func:`test_no_literal_default_has_two_owners`); where a reader does take it from the owner,
 these tests check it still does. The copies left are held by programs that run on nodes
 without this repository, each test saying so."""
@@ -196,13 +196,13 @@ def test_the_stack_parser_takes_the_rest_defaults_from_their_owner():
 
 
 def test_the_docs_table_of_timings_is_the_owners():
-    """docs/elastic.md's table of power-saving defaults by provider says what the table
+    """docs/how-to/elastic.md's table of power-saving defaults by provider says what the table
     holds."""
-    text = (REPO / "docs/elastic.md").read_text()
+    text = (REPO / "docs/how-to/elastic.md").read_text()
     for stack_key, key in (("bootTime", "boot_time"), ("resumeTimeout", "resume_timeout"),
                            ("suspendTime", "suspend_time"), ("suspendTimeout", "suspend_timeout")):
         row = re.search(rf"^\| `{stack_key}` \| (\d+) s \| (\d+) s \| (\d+) s \|", text, re.M)
-        assert row is not None, f"docs/elastic.md has no row for {stack_key}"
+        assert row is not None, f"docs/how-to/elastic.md has no row for {stack_key}"
         assert [int(v) for v in row.groups()] == [
             elastic.PROVIDER_DEFAULTS[p][key] for p in ("local", "byo", "oci")], stack_key
 

@@ -68,7 +68,7 @@ class PowerConfig:
     poll_interval: float = 2.0
     # A BMC that times out once must not cost a job its nodes: slurmctld requeues a job as
     # soon as one of its nodes is returned (POWER_DOWN_FORCE), with BeginTime two minutes
-    # ahead, and ResumeRate lets the next nodes go only a few at a time (docs/scale-lab.md).
+    # ahead, and ResumeRate lets the next nodes go only a few at a time (docs/lab/scale-lab.md).
     power_on_attempts: int = 3
     power_on_retry_delay: float = 5.0
     # Power-state reads (the reconciler's, every node each run) of this many batches at once.

@@ -33,7 +33,7 @@ def compute_view(hosts: list[str], hostvars: Any) -> dict[str, dict[str, Any]]:
     compute_summary read (VIEW_VARS, and VIEW_FACTS of its ansible_facts), undefined ones
     left out. The filters take it in place of ``hostvars``: each ``hostvars[host]`` makes Ansible
     merge every variable of the host again, and the role's lazy vars would do that for each
-    node every time they are used (at 1,024 nodes, 11 s of a 15 s render; docs/scale-lab.md)."""
+    node every time they are used (at 1,024 nodes, 11 s of a 15 s render; docs/lab/scale-lab.md)."""
     view: dict[str, dict[str, Any]] = {}
     for h in hosts:
         host = host_view(hostvars, h)
@@ -210,7 +210,7 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
     The slurm_controller role works it out once a run (tasks/render.yml) and its vars read
     it. Its lazy vars, each reading the nodes' hostvars, were evaluated again every time a
     setting used them (Ansible renders a dict's values again at each ``combine``): at 1,024
-    nodes that was 10 of the render's 15 s (docs/scale-lab.md)."""
+    nodes that was 10 of the render's 15 s (docs/lab/scale-lab.md)."""
     view = compute_view(hosts, hostvars)
     cloud = [h for h in hosts if view[h].get("metalslurm_node_state") == "cloud"]
     gpus = gpu_facts(hosts, view, cached_gpus)

@@ -279,7 +279,7 @@ SCALE_SETTINGS: tuple[ScaleSetting, ...] = (
         f"rather than 100 times'; sample set: 2000000; {_MAN_2411}: default 2 microseconds",
         "every job end and submission triggers a pass: on hundreds of nodes that is a pass "
         "after every event, each taking the job lock; a GPU job loses at most 2 s. "
-        + "Left out up to 512 nodes: in the scale lab (docs/scale-lab.md, 3,000 one-node "
+        + "Left out up to 512 nodes: in the scale lab (docs/lab/scale-lab.md, 3,000 one-node "
         "jobs on 128 and 512 simulated nodes) it and defer_batch made the burst 35 % and 42 % "
         "slower (main cycle 10 to 377 ms), and without both a 1,000-job burst at 128 nodes ran "
         "in 48.9 s instead of 57.2 s; at 1,024 nodes the burst was 2 % faster and slurmctld "

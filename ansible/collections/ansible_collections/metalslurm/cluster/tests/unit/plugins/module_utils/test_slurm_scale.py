@@ -122,7 +122,7 @@ def test_scheduler_limits_above_64_nodes(nodes):
     (65, False), (512, False), (513, True), (1024, True), (4096, True)])
 def test_scheduling_passes_are_throttled_only_above_512_nodes(nodes, throttled):
     """The scale lab measured sched_min_interval and defer_batch slowing bursts at 128 and
-    512 nodes and helping a little at 1,024 (docs/scale-lab.md)."""
+    512 nodes and helping a little at 1,024 (docs/lab/scale-lab.md)."""
     options = scheduler(tune(nodes, "24.11"))
     assert options.get("sched_min_interval") == ("2000000" if throttled else None)
     assert ("defer_batch" in options) is throttled
