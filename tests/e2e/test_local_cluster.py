@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -62,23 +61,21 @@ def test_bad_config_stops_before_anything_is_created(tmp_path):
     assert not network_exists("ms-e2e-bad-net")
 
 
-def test_a_clone_without_the_artifact_mirror_is_refused_in_seconds(tmp_path):
+def test_a_clone_without_the_artifact_mirror_is_refused_before_any_work(tmp_path):
     """What a fresh clone meets without ../shared/vendor beside it: refused before an image
-    is built or a container started, naming the missing directory and its files."""
+    is built or a container started (no image phase, no container, no network), naming the
+    missing directory and its files."""
     stack = tmp_path / "Pulumi.nomirror.yaml"
     stack.write_text(yaml.safe_dump({"config": {
         "metalslurm:clusterName": "ms-e2e-nomirror", "metalslurm:privateCidr": "10.78.98.0/24",
         "metalslurm:containers": {"mirror": "../shared/vendor", "pinnedOnly": True,
                                   "artifacts": {n: {"sha256": "0" * 64} for n in
                                                 ("enroot", "enrootCaps", "pyxis")}}}}))
-    start = time.monotonic()
     proc = metalslurm("local", "up", "--stack", str(stack))
-    elapsed = time.monotonic() - start
     assert proc.returncode == 2
     assert (f"metalslurm:containers.mirror: {tmp_path.parent}/shared/vendor does not exist on "
             "this machine; it should hold enroot_4.1.2-1_amd64.deb, "
             "enroot+caps_4.1.2-1_amd64.deb and pyxis-0.24.0.tar.gz") in proc.stderr
-    assert elapsed < 5, f"{elapsed:.1f} s"
     assert "==> image" not in proc.stdout
     assert cluster_containers("ms-e2e-nomirror") == []
     assert not network_exists("ms-e2e-nomirror-net")
