@@ -275,3 +275,22 @@ def test_process_cpu_seconds_are_its_own_not_its_childrens():
 
 def test_mem_available():
     assert bench.mem_available_gib("MemTotal: 1 kB\nMemAvailable:    2097152 kB\n") == 2.0
+
+
+def test_the_sizes_stop_after_one_that_did_not_converge(tmp_path, monkeypatch):
+    """A second configure that still changes tasks ends the run at that size: the next,
+    larger size would measure the same drift, only slower."""
+    measured = []
+
+    def measure(row, _out, _keep, _say):
+        measured.append(row["nodes"])
+        row["converged"] = {"changed": 3 if row["nodes"] == 2 else 0}
+
+    monkeypatch.setattr(bench, "measure_size", measure)
+    monkeypatch.setattr(bench, "too_big", lambda *_a: None)
+    monkeypatch.setattr(bench, "fits", lambda _sizes: {})
+    results = {"sizes": []}
+    args = bench.argparse.Namespace(out=tmp_path, keep=False)
+    rc = bench.run_sizes(results, [1, 2, 4, 8], args, tmp_path / "results.json")
+    assert (rc, measured) == (1, [1, 2])
+    assert [row["nodes"] for row in results["sizes"]] == [1, 2]
