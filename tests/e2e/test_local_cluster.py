@@ -93,6 +93,23 @@ def test_up_provisions_configures_and_verifies(up):
     assert cluster_containers(CLUSTER) == [f"{CLUSTER}-{n}" for n in NODES]
 
 
+def test_a_fresh_clusters_first_run_warns_of_nothing_and_says_each_note_once(up):
+    """What a newcomer sees on a first 'make up': no warning at all (homes, keys and
+    credentials are written without Ansible's access warnings), and each NOTE once, the nodes
+    it concerns folded into one hostlist."""
+    lines = up.up.stdout.splitlines()
+    assert up.up.returncode == 0, up.up.stdout[-3000:]
+    assert [line for line in lines if "WARNING" in line] == []
+    notes = [line for line in lines if line.startswith("NOTE: ")]
+    assert len(notes) == len(set(notes)), notes
+    assert ("NOTE: gpu-[001-004]: no NVIDIA GPU on the PCI bus (lspci): the NVIDIA driver "
+            "stack is skipped there") in notes, notes
+    assert [note for note in notes if "/sys/class/infiniband is empty" in note] == [
+        "NOTE: no InfiniBand or RoCE device (/sys/class/infiniband is empty) on gpu-[001-004]: "
+        "RDMA kernel modules are not loaded there, and nccl.conf gives NCCL only its socket "
+        "interface."], notes
+
+
 def test_inventory_keeps_the_munge_key_out(up):
     text = up.inventory.read_text()
     key_file = up.state / "secrets" / "munge.key.b64"
