@@ -73,7 +73,7 @@ ACCOUNTING_DEFAULTS: dict[str, Any] = {
 # The acceptance gate's key the roles read (``metalslurm_accept.gate``): a node that
 # registers for the first time (slurm_compute), or that was rebooted onto a new NVIDIA driver
 # (nvidia_gpu), is drained with the gate's prefix and waits for a run of 'metalslurm accept'.
-# infra/accept/ fills the stack's key from here; the roles merge over it (filter
+# infra/stack/accept.py fills the stack's key from here; the roles merge over it (filter
 # ``accept_settings``).
 ACCEPT_DEFAULTS: dict[str, Any] = {"gate": False}
 # The drain reason's first word on a node the gate holds: 'metalslurm accept' takes (and
