@@ -52,6 +52,12 @@ def cmd_local_exec(args: argparse.Namespace) -> int:
     return local.exec_words(args.stack, list(args.words), interactive=sys.stdin.isatty())
 
 
+def cmd_image_build(args: argparse.Namespace) -> int:
+    from infra.ops.image import build_command
+
+    return build_command(args.stack)
+
+
 def parse_extra_vars(items: list[str]) -> dict[str, object]:
     """``-e KEY=VALUE`` items: KEY an Ansible variable name, VALUE read as YAML."""
     extra_vars: dict[str, object] = {}
@@ -166,6 +172,17 @@ def _add_local(sub: _Commands) -> None:
     ex.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)
     ex.add_argument("words", nargs=argparse.REMAINDER, metavar="[NODE] -- COMMAND")
     ex.set_defaults(func=cmd_local_exec)
+
+
+def _add_image(sub: _Commands) -> None:
+    """``image build``: the prepared node images of a stack."""
+    image = sub.add_parser("image", help="prepared node images (the roles' install phase)")
+    image_sub = image.add_subparsers(dest="image_command", required=True)
+    build = image_sub.add_parser("build", help="build a local stack's prepared node images "
+                                 "(one per node kind) unless they exist")
+    build.add_argument("--stack", type=Path, default=DEFAULT_STACK,
+                       help=f"stack config file (default {DEFAULT_STACK})")
+    build.set_defaults(func=cmd_image_build)
 
 
 def _add_configure(sub: _Commands) -> None:
@@ -303,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_local(sub)
+    _add_image(sub)
     _add_configure(sub)
     _add_verify(sub)
     _add_topology(sub)

@@ -237,8 +237,10 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  extra_vars: dict[str, Any] | None = None, strategy: str | None = None,
                  out: Callable[[str], None] | None = print,
                  heartbeat: Callable[[str], None] | None = None,
-                 heartbeat_every: float = HEARTBEAT_SECONDS) -> ConfigureResult:
-    """Run the site playbook against ``inventory``; never raises for a failed play.
+                 heartbeat_every: float = HEARTBEAT_SECONDS,
+                 playbook: str = "site.yml") -> ConfigureResult:
+    """Run the site playbook (or another of ansible/) against ``inventory``; never raises
+    for a failed play.
 
     ``strategy="mitogen_linear"`` runs it with Mitogen's strategy (the ``mitogen``
     package must be installed); the default is Ansible's own ``linear``. ``out`` gets a
@@ -287,7 +289,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         runner = ansible_runner.run(
             private_data_dir=str(private),
             project_dir=str(ANSIBLE_DIR),
-            playbook="site.yml",
+            playbook=playbook,
             inventory=str(inventory),
             limit=limit,
             cmdline=" ".join(cmdline) or None,

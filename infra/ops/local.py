@@ -70,6 +70,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
     time of each phase (bench/bench_up.py runs the same steps)."""
     from infra.ops.configure import heartbeat_for, print_summary, run_playbook
+    from infra.ops.image import ensure_prepared_images, stack_kinds
     from infra.ops.verify import run_verify
     from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
@@ -83,8 +84,10 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     timings: dict[str, float] = {}
     with phase("image", timings):
         image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
+        images = (ensure_prepared_images(cfg, image, stack_kinds(cluster.specs()))
+                  if cfg.local.prepared_images else None)
     with phase("nodes", timings):
-        cluster.provision(image)
+        cluster.provision(image, images)
         secret_files = ensure_cluster_secrets(cluster.state)
         if cfg.containers.enabled and cfg.containers.credentials_file:
             secret_files |= write_credentials_file(cluster.state, cfg.containers.credentials_file)

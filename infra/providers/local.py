@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -50,6 +50,7 @@ from infra.providers.podman import (
     podman_path,
     remove_containers,
 )
+from infra.providers.prepared import kind_of
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import (
     NodeSpec,
@@ -566,8 +567,11 @@ class LocalCluster:
         raise LocalProviderError(f"node {spec.name} ({spec.address}): sshd did not answer in "
                                  f"{SSH_WAIT_SECONDS} s ({last}); see 'podman logs {name}'")
 
-    def provision(self, image: str) -> None:
-        """Create network and nodes (in parallel) and known_hosts. Safe to re-run."""
+    def provision(self, image: str, images: Mapping[str, str] | None = None) -> None:
+        """Create network and nodes (in parallel) and known_hosts. Safe to re-run.
+
+        ``images``: a prepared image per node kind (infra/providers/prepared.py); a node
+        whose kind has none starts from ``image``."""
         specs = self.specs()
         self.ensure_ssh_key()
         self.ensure_shared_dirs()
@@ -579,7 +583,8 @@ class LocalCluster:
         known = {line.split(",", 1)[0]: line for line in
                  (_read(self.state.known_hosts) or "").splitlines() if "," in line}
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
-            list(pool.map(lambda s: self.create_node(s, image), specs))
+            list(pool.map(lambda s: self.create_node(
+                s, (images or {}).get(kind_of(s.groups), image)), specs))
             # A powered-down elastic node keeps the host key it made at its first boot.
             waiting = [s for s in specs
                        if not (s.node_state == "cloud" and s.name in known

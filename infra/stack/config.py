@@ -251,6 +251,10 @@ class ClusterConfig:
     oci: OciSettings | None = None
     # metalslurm:accept, checked, as the inventory's metalslurm_accept (infra/stack/accept.py)
     accept: Mapping[str, Any] = field(default_factory=lambda: dict(ACCEPT_DEFAULTS))
+    # The ``config:`` mapping it was parsed from and the directory its relative paths are
+    # read from (a prepared image's builder stack is made from its install sections).
+    source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    base_dir: Path | None = field(default=None, compare=False, repr=False)
 
     def elastic_node_names(self) -> list[str]:
         return [n for pool in self.compute_pools for n in pool.elastic_names()]
@@ -611,7 +615,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         groups=tuple(groups), access=access,
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
         monitoring=monitoring, rest=rest, login=login, configure=configure, byo=byo,
-        oci=oci, accept=accept)
+        oci=oci, accept=accept, source=dict(raw_config), base_dir=base_dir)
 
 
 def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str | None,

@@ -1,4 +1,4 @@
-"""Stack config of the local provider: where its node image comes from.
+"""Stack config of the local provider: where its node images come from.
 
 ``metalslurm:local`` is read only when the provider is ``local``. The local provider
 builds Debian node images (a registry image when one can be pulled, else debootstrap),
@@ -19,7 +19,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
 from infra.stack.schema import Collector, key
 
 IMAGE_SOURCES = ("auto", "registry", "debootstrap")
-_LOCAL_KEYS = ("imageSource", "mirror")
+_LOCAL_KEYS = ("imageSource", "mirror", "preparedImages")
 DEFAULT = {"imageSource": "auto"}
 
 
@@ -29,6 +29,9 @@ class LocalSettings:
 
     image_source: str = "auto"
     mirror: str | None = None
+    # Nodes start from prepared images (infra/providers/prepared.py); false: from the bare
+    # node image, every package installed by the configure (the cold path).
+    prepared_images: bool = True
 
 
 def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
@@ -47,4 +50,6 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
         c.problem(key("os"), f"{os_name!r}: the local provider builds Debian node images only; "
                   f"use one of {', '.join(LOCAL_OS_IDS)} (Ubuntu runs with the byo "
                   "and oci providers)")
-    return LocalSettings(image_source=image_source or "auto", mirror=mirror)
+    prepared = c.boolean(item, "preparedImages", f"{where}.preparedImages", True)
+    return LocalSettings(image_source=image_source or "auto", mirror=mirror,
+                         prepared_images=prepared)

@@ -137,7 +137,7 @@ INVENTORY_KINDS = {
     "yaml-list": "is a list in YAML, not a mapping",
     "inventory-groups": "all.children.slurm_compute.hosts is a list",
 }
-LOCAL_COMMANDS = [["local", "up"], ["local", "down"], ["local", "status"],
+LOCAL_COMMANDS = [["local", "up"], ["local", "down"], ["local", "status"], ["image", "build"],
                   ["local", "exec", "ctl", "--", "true"]]
 
 

@@ -1,0 +1,214 @@
+"""Prepared node images: the roles' install phase applied once per node kind, kept as an image.
+
+A node kind is what a node is for (controller, nfs, compute, login: its inventory groups).
+Everything every node of a kind shares -- packages, built artifacts such as Pyxis, pinned
+downloads -- comes from running ``ansible/image.yml --tags install`` (the install phase of
+``site.yml``, then a seal that removes what belongs to one machine: host keys, machine-id,
+the munge key a package made, logs) on a *builder*: a small throw-away cluster (one node
+per kind) made from the stack's install settings only; each builder node is committed as
+its kind's image.
+Nothing of the cluster it will serve is in it: no name, address, user or secret.
+
+An image is named by a hash of its inputs (:func:`image_inputs`): the base image, the OS,
+the kind, the install settings of the stack, and the roles' task, default, variable and
+file contents. A change to any of them names another image, which is built on first use.
+A prepared image only saves time: the configure still runs every role on every node, and
+a package a role wants that an image lacks is installed then (see docs/how-to/images.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.providers.podman import image_exists, networks, podman
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO_ROOT / "ansible"
+PREPARED_REPO = "localhost/metalslurm-prepared"
+RECIPE_VERSION = "1"  # bump to rebuild every prepared image when the recipe changes here
+# The role folders the install phase never reads: a change there does not rebuild an image.
+IGNORED_PARTS = frozenset({"templates", "handlers", "tests", "__pycache__", "molecule"})
+# A node's kind: the first of its inventory groups found here.
+KIND_OF_GROUP = {"slurm_controller": "controller", "nfs_server": "nfs",
+                 "slurm_compute": "compute", "login": "login"}
+# The stack sections whose settings decide what the install phase puts on a node. Anything
+# else (names, users, partitions, timings, receivers) is left out of the builder's stack,
+# so clusters that differ only there share their images.
+INSTALL_SECTIONS = ("os", "storage", "containers", "gpu", "nccl", "accept")
+# Parts of those sections that name files on this machine or cluster-specific secrets.
+DROPPED_KEYS = {"containers": ("credentialsFile",), "storage": ("server",)}
+# Where a builder's subnet is chosen: 10.79.0.0/24 .. 10.79.255.0/24, the first one free.
+BUILDER_SUPERNET = ipaddress.IPv4Network("10.79.0.0/16")
+BUILDER_CONTROLLER = "ctl"
+
+
+class PreparedImageError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ImageKind:
+    kind: str
+    ref: str  # the image's tag: its inputs' hash
+
+
+def kind_of(groups: Sequence[str]) -> str:
+    for group, kind in KIND_OF_GROUP.items():
+        if group in groups:
+            return kind
+    raise PreparedImageError(f"no node kind for groups {', '.join(groups)}")
+
+
+def builder_config(raw: Mapping[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+    """The stack config of the builder cluster: the install sections of ``raw`` (a stack
+    file's ``config:`` mapping), one node per kind the stack has, a fixed name. A relative
+    container mirror is made absolute (from ``base_dir``, the stack file's directory).
+
+    The name and subnet are placeholders here (:func:`with_network` sets the real ones), so
+    the config hashes the same whichever cluster asks for the images.
+    """
+    given = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("metalslurm:")}
+    out: dict[str, Any] = {"metalslurm:clusterName": "msimage", "metalslurm:provider": "local",
+                           "metalslurm:privateCidr": str(BUILDER_SUPERNET.subnets(8).__next__())}
+    for section in INSTALL_SECTIONS:
+        if section not in given or given[section] is None:
+            continue
+        value = copy.deepcopy(given[section])
+        if isinstance(value, dict):
+            for dropped in DROPPED_KEYS.get(section, ()):
+                value.pop(dropped, None)
+        out[f"metalslurm:{section}"] = value
+    containers = out.get("metalslurm:containers")
+    if isinstance(containers, dict) and isinstance(containers.get("mirror"), str):
+        mirror = Path(containers["mirror"]).expanduser()
+        containers["mirror"] = str(mirror if mirror.is_absolute()
+                                   else ((base_dir or Path.cwd()) / mirror).resolve())
+    local = given.get("local") or {}
+    out["metalslurm:local"] = {k: v for k, v in local.items() if k in ("imageSource", "mirror")}
+    for section in ("monitoring", "rest"):  # on or off decides what is installed, not how
+        if isinstance(given.get(section), dict) and "enabled" in given[section]:
+            out[f"metalslurm:{section}"] = {"enabled": given[section]["enabled"]}
+    pools = given.get("computePools")
+    first = pools[0] if isinstance(pools, list) and pools and isinstance(pools[0], dict) else {}
+    elastic = isinstance(pools, list) and any(
+        isinstance(p, dict) and (p.get("elasticCount") or 0) > 0 for p in pools)
+    # One compute node; an elastic one where the stack has elastic nodes (the controller
+    # then gets the power programs' packages too).
+    pool = {"name": "gpu", "count": 0 if elastic else 1, "elasticCount": 1 if elastic else 0}
+    pool.update({k: first[k] for k in ("gpuType", "gpuCount") if k in first})
+    out["metalslurm:computePools"] = [pool]
+    login = given.get("login")
+    if isinstance(login, dict) and (login.get("count") or 0) > 0:
+        out["metalslurm:login"] = {"count": 1}
+    return out
+
+
+def digest_files(root: Path = ANSIBLE_DIR) -> list[Path]:
+    """Every file under ansible/ the install phase can read, the roles' folder (a link)
+    followed, each once by its shortest name."""
+    found: dict[Path, Path] = {}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        rel_dir = Path(folder).relative_to(root)
+        dirs[:] = sorted(d for d in dirs if d not in IGNORED_PARTS)
+        for name in files:
+            path = Path(folder) / name
+            rel, real = rel_dir / name, path.resolve()
+            if path.suffix in (".md", ".pyc") or not path.is_file():
+                continue
+            if real not in found or len(rel.parts) < len(found[real].parts):
+                found[real] = rel  # the shortest of its names
+    return sorted(found.values())
+
+
+def roles_digest(root: Path = ANSIBLE_DIR) -> str:
+    """Hash of :func:`digest_files`, names and contents."""
+    h = hashlib.sha256()
+    for rel in digest_files(root):
+        h.update(str(rel).encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def image_inputs(base_ref: str, builder: Mapping[str, Any], kind: str,
+                 digest: str | None = None) -> str:
+    """The hash that names a kind's prepared image."""
+    h = hashlib.sha256()
+    for part in (RECIPE_VERSION, base_ref, kind, json.dumps(builder, sort_keys=True),
+                 digest or roles_digest()):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def image_ref(suite: str, kind: str, inputs: str) -> str:
+    return f"{PREPARED_REPO}:{suite}-{kind}-{inputs}"
+
+
+def plan_images(base_ref: str, builder: Mapping[str, Any], kinds: Sequence[str],
+                suite: str) -> list[ImageKind]:
+    """The image each of ``kinds`` needs (built or not), for a :func:`builder_config`."""
+    digest = roles_digest()
+    return [ImageKind(kind, image_ref(suite, kind, image_inputs(base_ref, builder, kind, digest)))
+            for kind in kinds]
+
+
+def missing(images: Sequence[ImageKind]) -> list[ImageKind]:
+    return [i for i in images if not image_exists(i.ref)]
+
+
+def free_builder_subnet(used: Sequence[str] | None = None) -> str:
+    """The first /24 of BUILDER_SUPERNET no podman network uses."""
+    if used is None:
+        used = [s.get("subnet", "") for n in networks() for s in (n.get("subnets") or [])]
+    taken = [ipaddress.IPv4Network(s) for s in used if s and ":" not in s]
+    for net in BUILDER_SUPERNET.subnets(8):
+        if not any(net.overlaps(t) for t in taken):
+            return str(net)
+    raise PreparedImageError(f"no free /24 left in {BUILDER_SUPERNET} for an image builder; "
+                             "remove stale networks with 'podman network prune'")
+
+
+def with_network(builder: Mapping[str, Any], name: str, cidr: str) -> dict[str, Any]:
+    return {**builder, "metalslurm:clusterName": name, "metalslurm:privateCidr": cidr}
+
+
+def commit(container: str, ref: str, kind: str, inputs: str) -> None:
+    """Stop a sealed builder node and keep its file system as ``ref``."""
+    podman("stop", "--time", "20", container, timeout=120)
+    podman("commit", "--quiet", "--change", "CMD=/sbin/init",
+           "--change", f"LABEL metalslurm.kind={kind}",
+           "--change", f"LABEL metalslurm.inputs={inputs}", container, ref, timeout=900)
+
+
+def prune_older(ref: str) -> list[str]:
+    """Remove the other prepared images of the same OS and kind that no container uses."""
+    prefix = ref.rsplit("-", 1)[0] + "-"
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", PREPARED_REPO,
+                    check=False).stdout.split()
+    removed = []
+    for other in listed:
+        if other != ref and other.startswith(prefix) and \
+                podman("rmi", other, check=False).returncode == 0:
+            removed.append(other)
+    return removed
+
+
+@contextmanager
+def build_lock(lock_dir: Path) -> Iterator[None]:
+    """One image build at a time on this machine (two clusters starting together wait for
+    the first one's images instead of building them twice)."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / "build.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
