@@ -53,9 +53,7 @@ def cmd_local_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    from infra.ops.image import build_command
-
-    return build_command(args.stack)
+    return local.image_build(args.stack)
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""``metalslurm image build``: a stack's prepared node images, and the build ``local up`` runs.
+"""A stack's prepared node images: the build ``local up`` and ``metalslurm image build`` run.
 
 The builder is a throw-away local cluster (one node per kind, from the stack's install
 settings: :func:`infra.providers.prepared.builder_config`); ``ansible/image.yml --tags
@@ -105,14 +105,3 @@ def build(cfg: ClusterConfig, builder: dict, base_ref: str, images: Sequence[Ima
         destroy_cluster(name, state)
     log(f"prepared images built in {time.monotonic() - started:.0f} s")
 
-
-def build_command(stack_file: Path) -> int:
-    """``metalslurm image build --stack FILE``: the stack's prepared images, built if
-    missing (the local provider's; other providers: docs/how-to/images.md)."""
-    from infra.ops.local import local_cluster
-    from infra.providers.images import ensure_image
-
-    cfg, cluster = local_cluster(stack_file, check_artifacts=True)
-    base = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
-    ensure_prepared_images(cfg, base, stack_kinds(cluster.specs()))
-    return 0

@@ -1,8 +1,8 @@
 """``metalslurm local``: a cluster of podman nodes on this machine, from a stack file.
 
-The orchestration behind ``local up`` (image, nodes, inventory, configure, verify, each
-phase timed), ``down``, ``status`` and ``exec``; :mod:`infra.cli` parses the arguments and
-calls these, and bench/bench_up.py runs :func:`local_up` itself.
+The orchestration behind ``local up`` (images, nodes, inventory, configure, verify, each
+phase timed), ``down``, ``status``, ``exec`` and ``image build``; :mod:`infra.cli` parses
+the arguments and calls these, and bench/bench_up.py runs :func:`local_up` itself.
 """
 
 from __future__ import annotations
@@ -131,6 +131,18 @@ def up(stack_file: Path, *, configure: bool = True, verify: bool = True,
         say("local up did not complete; fix the problem above and run it again "
             "(every step is safe to repeat)")
     return rc
+
+
+def image_build(stack_file: Path) -> int:
+    """``metalslurm image build``: the stack's prepared node images, built if missing (the
+    local provider's; other providers: docs/how-to/images.md)."""
+    from infra.ops.image import ensure_prepared_images, stack_kinds
+    from infra.providers.images import ensure_image
+
+    cfg, cluster = local_cluster(stack_file, check_artifacts=True)
+    base = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
+    ensure_prepared_images(cfg, base, stack_kinds(cluster.specs()))
+    return 0
 
 
 def down(stack_file: Path) -> int:

@@ -74,6 +74,9 @@ CLUSTER_VARS = {
     "metalslurm_accept": "the acceptance gate: gate (the roles drain new nodes and nodes "
                          "rebooted onto a new driver into it) and the settings of "
                          "'metalslurm accept'",
+    "metalslurm_image_build": "true only while ansible/image.yml builds a prepared image (that "
+                              "playbook sets it; an inventory leaves it out): handlers stand "
+                              "aside",
 }
 # Per host (compute hosts: the GPU, state, switch, power and node option variables):
 HOST_VARS = {
