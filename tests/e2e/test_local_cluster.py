@@ -110,6 +110,50 @@ def test_a_fresh_clusters_first_run_warns_of_nothing_and_says_each_note_once(up)
         "interface."], notes
 
 
+# Packages enable these; the image leaves them to the configure (ansible/image.yml).
+CLUSTER_DAEMONS = ("slurmd", "slurmctld", "slurmdbd", "sackd", "slurmrestd", "munge")
+# What the install phase put in each kind's image (a sample of each role's packages).
+# (This stack's REST API runs on its login node.)
+IMAGE_PACKAGES = {"controller": ("slurmctld", "slurmdbd", "mariadb-server", "munge",
+                                 "prometheus"),
+                  "compute": ("slurmd", "munge", "enroot", "libpmix2t64"),
+                  "login": ("sackd", "slurm-client", "munge", "enroot", "slurmrestd")}
+
+
+def test_the_nodes_start_from_prepared_images_that_hold_nothing_of_one_machine(up):
+    """Each kind's node runs its kind's prepared image; in the image, no key, host key,
+    machine ID, builder name or enabled cluster daemon (docs/how-to/images.md)."""
+    refs = {}
+    for node, kind in (("ctl", "controller"), ("gpu-001", "compute"), ("login-001", "login")):
+        ref = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}",
+                              f"{CLUSTER}-{node}"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        assert ref.startswith(f"localhost/metalslurm-prepared:trixie-{kind}-"), (node, ref)
+        refs[kind] = ref
+    for kind, ref in refs.items():
+        made = subprocess.run(["podman", "create", ref], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        try:
+            root = Path(subprocess.run(["podman", "mount", made], capture_output=True,
+                                       text=True, check=True).stdout.strip())
+            status = (root / "var/lib/dpkg/status").read_text()
+            installed = {m for m in re.findall(r"^Package: (\S+)\nStatus: install ok installed",
+                                               status, re.M)}
+            assert set(IMAGE_PACKAGES[kind]) <= installed, (kind, IMAGE_PACKAGES[kind])
+            assert not (root / "etc/munge/munge.key").exists(), kind
+            assert not list((root / "etc/ssh").glob("ssh_host_*")), kind
+            assert (root / "etc/machine-id").read_text() == "", kind
+            assert not (root / "usr/sbin/policy-rc.d").exists(), kind
+            wants = root / "etc/systemd/system/multi-user.target.wants"
+            assert [d for d in CLUSTER_DAEMONS if (wants / f"{d}.service").exists()] == [], kind
+            found = subprocess.run(["grep", "-rlI", "msimg-", str(root / "etc"),
+                                    str(root / "var/lib"), str(root / "opt")],
+                                   capture_output=True, text=True, check=False)
+            assert found.stdout == "", (kind, found.stdout[:500])
+        finally:
+            subprocess.run(["podman", "rm", "-f", made], capture_output=True, check=False)
+
+
 def test_inventory_keeps_the_munge_key_out(up):
     text = up.inventory.read_text()
     key_file = up.state / "secrets" / "munge.key.b64"
