@@ -12,10 +12,16 @@ With ``--compare-with REF`` the same is done for another commit of this reposito
 worktree with its own virtualenv under .metalslurm/bench-ref, a second cluster on its own
 network), and the two clusters' re-runs alternate: a before/after measured in one run.
 
+The cluster of this checkout starts from prepared images (docs/how-to/images.md; its
+'image' phase is their build when they are missing). With ``--bare`` a second cluster of
+this checkout starts from the bare node image (metalslurm:local.preparedImages false), so
+the cold configure from prepared images, from the bare image and the converged re-runs are
+measured in one run.
+
 Targets on a 2-core machine: a converged configure in 25 s or less and at most 0.20 of the
 cold configure, with 0 changed tasks; a cold configure under 140 s.
 
-    python -m bench.bench_up [--os debian12] [--reruns 5] [--compare-with b5e6b39]
+    python -m bench.bench_up [--os debian12] [--reruns 5] [--compare-with b5e6b39] [--bare]
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ BENCH_NETWORK = IPv4Network("10.78.20.0/24")
 REF_NAME = "ms-bref"
 REF_NETWORK = "10.78.21.0/24"
 REF_DIR = REPO / ".metalslurm" / "bench-ref"
+BARE_NAME = "ms-bbare"
+BARE_NETWORK = IPv4Network("10.78.22.0/24")
 RERUN_TARGET_S = 25.0
 RERUN_TARGET_FRACTION = 0.20
 COLD_CONFIGURE_TARGET_S = 140.0
@@ -91,18 +99,26 @@ def wait_until_elastic_nodes_are_down(cluster: LocalCluster, timeout: float = 30
         time.sleep(2)
 
 
-def bring_up_current(stack: Path, os_name: str | None) -> tuple[LocalCluster, Cluster]:
-    cfg = replace(load_stack_file(stack), cluster_name=BENCH_NAME, private_cidr=BENCH_NETWORK)
+def bring_up_current(stack: Path, os_name: str | None,
+                     bare: bool = False) -> tuple[LocalCluster, Cluster]:
+    """This checkout's cluster from prepared images (``bare``: from the bare node image)."""
+    name, network = (BARE_NAME, BARE_NETWORK) if bare else (BENCH_NAME, BENCH_NETWORK)
+    cfg = replace(load_stack_file(stack), cluster_name=name, private_cidr=network)
     if os_name:
         cfg = replace(cfg, os=os_name)
+    if bare:
+        cfg = replace(cfg, local=replace(cfg.local, prepared_images=False))
     cluster = LocalCluster(plan=LocalPlan.from_config(cfg),
-                           state=StateDir(REPO / ".metalslurm" / "bench"), log=lambda _m: None)
+                           state=StateDir(REPO / ".metalslurm" / ("bench-bare" if bare
+                                                                   else "bench")),
+                           log=lambda _m: None)
     cluster.destroy()
     rc, timings = local_up(cfg, cluster)
     if rc != 0:
         raise SystemExit(f"local up failed ({rc})")
     wait_until_elastic_nodes_are_down(cluster)
-    return cluster, Cluster("this checkout", REPO, Path(sys.prefix), cluster.state.inventory,
+    label = "this checkout, bare image" if bare else "this checkout"
+    return cluster, Cluster(label, REPO, Path(sys.prefix), cluster.state.inventory,
                             cold=timings)
 
 
@@ -185,16 +201,24 @@ def report(clusters: list[Cluster], os_name: str) -> bool:
         print(f"  median {median:.1f} s (min {min(times):.1f}, max {max(times):.1f}); "
               f"median / cold configure = {median / cold:.2f}")
         ok = ok and all(changed == 0 for _s, changed, _t in c.reruns)
-    current = clusters[-1]
+    current = next(c for c in clusters if c.label == "this checkout")
     median = statistics.median(s for s, _c, _t in current.reruns)
     cold = current.cold["configure"]
+    print(f"\nprepared images: 'image' phase {current.cold.get('image', 0):.1f} s (their build "
+          f"when they were missing); cold configure from them / converged median = "
+          f"{cold / median:.2f} (target <= 1.5)")
+    bare = next((c for c in clusters if c.label.endswith("bare image")), None)
+    if bare is not None:
+        print(f"cold configure from the bare image / from prepared images = "
+              f"{bare.cold['configure'] / cold:.2f} ({bare.cold['configure']:.1f} s vs "
+              f"{cold:.1f} s, same run)")
     print(f"\nthis checkout: re-run median {median:.1f} s, target <= {RERUN_TARGET_S:.0f} s: "
           f"{'met' if median <= RERUN_TARGET_S else 'NOT met'}; "
           f"ratio {median / cold:.2f}, target <= {RERUN_TARGET_FRACTION:.2f}: "
           f"{'met' if median / cold <= RERUN_TARGET_FRACTION else 'NOT met'}; "
           f"cold configure {cold:.1f} s, target < {COLD_CONFIGURE_TARGET_S:.0f} s: "
           f"{'met' if cold < COLD_CONFIGURE_TARGET_S else 'NOT met'}")
-    if len(clusters) == 2:
+    if clusters[0].label.endswith("(before)"):
         before = statistics.median(s for s, _c, _t in clusters[0].reruns)
         print(f"re-run median after / before = {median / before:.2f}")
     return ok
@@ -207,19 +231,23 @@ def main() -> int:
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--compare-with", metavar="REF",
                         help="a commit to measure alongside this checkout (before/after)")
+    parser.add_argument("--bare", action="store_true",
+                        help="also a cluster of this checkout from the bare node image")
     args = parser.parse_args()
     clusters: list[Cluster] = []
-    local = None
+    made: list[LocalCluster] = []
     try:
         if args.compare_with:
             clusters.append(bring_up_ref(args.compare_with, args.stack, args.os))
-        local, current = bring_up_current(args.stack, args.os)
-        clusters.append(current)
+        for bare in ([True] if args.bare else []) + [False]:
+            local, current = bring_up_current(args.stack, args.os, bare=bare)
+            made.append(local)
+            clusters.append(current)
         for _ in range(args.reruns):
             for c in clusters:
                 c.rerun()
     finally:
-        if local is not None:
+        for local in made:
             local.destroy()
         if args.compare_with:
             tear_down_ref()

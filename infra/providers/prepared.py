@@ -201,14 +201,22 @@ def prune_older(ref: str) -> list[str]:
     return removed
 
 
+# Podman's own storage (root's, where the images the lock guards are kept): one build at a
+# time on the machine, whichever checkout runs it.
+PODMAN_STORAGE = Path("/var/lib/containers")
+
+
 @contextmanager
-def build_lock(lock_dir: Path) -> Iterator[None]:
-    """One image build at a time on this machine (two clusters starting together wait for
-    the first one's images instead of building them twice)."""
+def build_lock(fallback_dir: Path) -> Iterator[None]:
+    """One image build at a time on this machine: a second cluster waits for the first
+    one's images instead of building them twice (or on the same builder subnet). The lock
+    file is in podman's storage, else in ``fallback_dir``; never followed through a link."""
+    lock_dir = PODMAN_STORAGE if PODMAN_STORAGE.is_dir() else fallback_dir
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with (lock_dir / "build.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = os.open(lock_dir / "metalslurm-image-build.lock",
+                 os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -164,3 +164,17 @@ def test_every_handler_stands_aside_in_an_image_build():
             when = handler.get("when")
             conditions = when if isinstance(when, list) else [when]
             assert guard in conditions, f"{path}: handler {handler['name']!r} lacks the guard"
+
+
+def test_the_build_lock_is_one_per_machine_and_refuses_a_link(tmp_path, monkeypatch):
+    storage = tmp_path / "containers"
+    storage.mkdir()
+    monkeypatch.setattr(prepared, "PODMAN_STORAGE", storage)
+    with prepared.build_lock(tmp_path / "checkout"):
+        assert (storage / "metalslurm-image-build.lock").exists()
+    assert not (tmp_path / "checkout").exists()
+    (storage / "metalslurm-image-build.lock").unlink()
+    (storage / "metalslurm-image-build.lock").symlink_to(tmp_path / "victim")
+    with pytest.raises(OSError), prepared.build_lock(tmp_path / "checkout"):
+        pass
+    assert not (tmp_path / "victim").exists()
