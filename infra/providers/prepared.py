@@ -71,8 +71,9 @@ def kind_of(groups: Sequence[str]) -> str:
 
 def builder_config(raw: Mapping[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
     """The stack config of the builder cluster: the install sections of ``raw`` (a stack
-    file's ``config:`` mapping), one node per kind the stack has, a fixed name. A relative
-    container mirror is made absolute (from ``base_dir``, the stack file's directory).
+    file's ``config:`` mapping), one node per kind the stack has, a fixed name. The
+    container mirror is given by its real path (a relative one read from ``base_dir``, the
+    stack file's directory).
 
     The name and subnet are placeholders here (:func:`with_network` sets the real ones), so
     the config hashes the same whichever cluster asks for the images.
@@ -90,9 +91,9 @@ def builder_config(raw: Mapping[str, Any], base_dir: Path | None = None) -> dict
         out[f"metalslurm:{section}"] = value
     containers = out.get("metalslurm:containers")
     if isinstance(containers, dict) and isinstance(containers.get("mirror"), str):
-        mirror = Path(containers["mirror"]).expanduser()
-        containers["mirror"] = str(mirror if mirror.is_absolute()
-                                   else ((base_dir or Path.cwd()) / mirror).resolve())
+        # Its real path: checkouts that reach one mirror by other links share images.
+        containers["mirror"] = str(((base_dir or Path.cwd())
+                                    / Path(containers["mirror"]).expanduser()).resolve())
     local = given.get("local") or {}
     out["metalslurm:local"] = {k: v for k, v in local.items() if k in ("imageSource", "mirror")}
     for section in ("monitoring", "rest"):  # on or off decides what is installed, not how
