@@ -65,14 +65,25 @@ def storage_summary(cfg: ClusterConfig, cluster: LocalCluster) -> str:
     return "none"
 
 
+def node_images(cfg: ClusterConfig, cluster: LocalCluster, *,
+                prepared: bool) -> tuple[str, dict[str, str] | None]:
+    """The bare node image, and with ``prepared`` each node kind's prepared image (kind ->
+    image), each built first where missing."""
+    from infra.ops.image import ensure_prepared_images, stack_kinds
+    from infra.providers.images import ensure_image
+
+    image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
+    if not prepared:
+        return image, None
+    return image, ensure_prepared_images(cfg, image, stack_kinds(cluster.specs()))
+
+
 def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = True,
              verify: bool = True, verbose: bool = False) -> tuple[int, dict[str, float]]:
     """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
     time of each phase (bench/bench_up.py runs the same steps)."""
     from infra.ops.configure import heartbeat_for, print_summary, run_playbook
-    from infra.ops.image import ensure_prepared_images, stack_kinds
     from infra.ops.verify import run_verify
-    from infra.providers.images import ensure_image
     from infra.providers.local import write_local_inventory
     from infra.stack.state import (
         ensure_cluster_secrets,
@@ -83,9 +94,7 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     cluster.preflight()
     timings: dict[str, float] = {}
     with phase("image", timings):
-        image = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
-        images = (ensure_prepared_images(cfg, image, stack_kinds(cluster.specs()))
-                  if cfg.local.prepared_images else None)
+        image, images = node_images(cfg, cluster, prepared=cfg.local.prepared_images)
     with phase("nodes", timings):
         cluster.provision(image, images)
         secret_files = ensure_cluster_secrets(cluster.state)
@@ -136,12 +145,8 @@ def up(stack_file: Path, *, configure: bool = True, verify: bool = True,
 def image_build(stack_file: Path) -> int:
     """``metalslurm image build``: the stack's prepared node images, built if missing (the
     local provider's; other providers: docs/how-to/images.md)."""
-    from infra.ops.image import ensure_prepared_images, stack_kinds
-    from infra.providers.images import ensure_image
-
     cfg, cluster = local_cluster(stack_file, check_artifacts=True)
-    base = ensure_image(cfg.os, cfg.local.image_source, cfg.local.mirror, log=say)
-    ensure_prepared_images(cfg, base, stack_kinds(cluster.specs()))
+    node_images(cfg, cluster, prepared=True)
     return 0
 
 

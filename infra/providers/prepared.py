@@ -49,7 +49,6 @@ INSTALL_SECTIONS = ("os", "storage", "containers", "gpu", "nccl", "accept")
 DROPPED_KEYS = {"containers": ("credentialsFile",), "storage": ("server",)}
 # Where a builder's subnet is chosen: 10.79.0.0/24 .. 10.79.255.0/24, the first one free.
 BUILDER_SUPERNET = ipaddress.IPv4Network("10.79.0.0/16")
-BUILDER_CONTROLLER = "ctl"
 
 
 class PreparedImageError(RuntimeError):
@@ -80,7 +79,7 @@ def builder_config(raw: Mapping[str, Any], base_dir: Path | None = None) -> dict
     """
     given = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("metalslurm:")}
     out: dict[str, Any] = {"metalslurm:clusterName": "msimage", "metalslurm:provider": "local",
-                           "metalslurm:privateCidr": str(BUILDER_SUPERNET.subnets(8).__next__())}
+                           "metalslurm:privateCidr": str(next(BUILDER_SUPERNET.subnets(8)))}
     for section in INSTALL_SECTIONS:
         if section not in given or given[section] is None:
             continue
