@@ -89,6 +89,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_verify(args.inventory, out=say)
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from infra.ops.preflight import preflight
+
+    return preflight(args.inventory, become_password_file=args.become_password_file,
+                     ask_become_pass=args.ask_become_pass, lock_wait=args.lock_wait)
+
+
 def cmd_topology_discover(args: argparse.Namespace) -> int:
     from infra.ops import topology
 
@@ -201,6 +208,21 @@ def _add_verify(sub: _Commands) -> None:
     ver = sub.add_parser("verify", help="run the testinfra suite against an inventory")
     ver.add_argument("-i", "--inventory", required=True, type=Path)
     ver.set_defaults(func=cmd_verify)
+
+
+def _add_preflight(sub: _Commands) -> None:
+    """``preflight``: is every host of an inventory fit to become a node (read only)."""
+    pre = sub.add_parser("preflight", help="check every host of an inventory before a "
+                         "configure (read only)")
+    pre.add_argument("-i", "--inventory", required=True, type=Path)
+    pw = pre.add_mutually_exclusive_group()
+    pw.add_argument("--become-password-file", type=Path, metavar="FILE",
+                    help="the sudo password, on the file's first line")
+    pw.add_argument("-K", "--ask-become-pass", action="store_true",
+                    help="ask for the sudo password")
+    pre.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
+                     help="how long to wait for apt's lock to be released")
+    pre.set_defaults(func=cmd_preflight)
 
 
 def _add_topology(sub: _Commands) -> None:
@@ -321,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_image(sub)
     _add_configure(sub)
     _add_verify(sub)
+    _add_preflight(sub)
     _add_topology(sub)
     _add_config(sub)
     _add_wheelhouse(sub)

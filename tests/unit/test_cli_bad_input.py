@@ -183,7 +183,7 @@ def test_config_validate_refuses_a_bad_stack_file(refuse, inputs, kind):
 
 
 INVENTORY_COMMANDS = [["configure"], ["verify"], ["topology", "discover"],
-                      ["report", "usage"], ["topology", "from-file", FABRIC]]
+                      ["report", "usage"], ["topology", "from-file", FABRIC], ["preflight"]]
 
 
 @pytest.mark.parametrize("command", INVENTORY_COMMANDS, ids=lambda c: " ".join(map(str, c[:2])))
@@ -202,6 +202,20 @@ def test_inventory_commands_refuse_a_bad_inventory(refuse, inputs, command, kind
 ])
 def test_configure_refuses_a_bad_extra_var(refuse, item, problem):
     rc, out, err = refuse(["configure", "-i", INVENTORY, "-e", "ok=1", "-e", item])
+    assert_one_line(rc, out, err, problem)
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--lock-wait", "-1"], "--lock-wait: is -1.0; give the seconds to wait for apt's lock"),
+    (["--lock-wait", "nan"], "--lock-wait: is nan; give the seconds"),
+    (["--lock-wait", "soon"], "argument --lock-wait: invalid float value: 'soon'"),
+    (["--become-password-file", "/nonexistent/pw"],
+     "--become-password-file /nonexistent/pw: file not found; give a file holding the sudo "
+     "password on its first line"),
+    (["--become-password-file", "pw", "-K"], "not allowed with argument"),
+])
+def test_preflight_refuses_bad_options_before_reaching_a_host(refuse, args, problem):
+    rc, out, err = refuse(["preflight", "-i", INVENTORY, *args])
     assert_one_line(rc, out, err, problem)
 
 
