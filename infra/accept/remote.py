@@ -19,6 +19,17 @@ class RemoteError(RuntimeError):
     """A command on the controller failed (the message has its exit status and stderr)."""
 
 
+def ssh_options(host_vars: Mapping[str, Any]) -> list[str]:
+    """ssh's options for a host as Ansible connects to it: ``ansible_port``,
+    ``ansible_ssh_private_key_file`` and ``ansible_ssh_common_args``."""
+    options = []
+    if host_vars.get("ansible_port"):
+        options += ["-p", str(host_vars["ansible_port"])]
+    if host_vars.get("ansible_ssh_private_key_file"):
+        options += ["-i", str(Path(str(host_vars["ansible_ssh_private_key_file"])).expanduser())]
+    return options + shlex.split(str(host_vars.get("ansible_ssh_common_args") or ""))
+
+
 class Remote:
     def __init__(self, host: str, host_vars: Mapping[str, Any]) -> None:
         self.host = host
@@ -27,12 +38,7 @@ class Remote:
         user = host_vars.get("ansible_user")
         argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20",
                 "-o", "ControlMaster=auto", "-o", f"ControlPath={self._control.name}/%C",
-                "-o", "ControlPersist=120"]
-        if host_vars.get("ansible_port"):
-            argv += ["-p", str(host_vars["ansible_port"])]
-        if host_vars.get("ansible_ssh_private_key_file"):
-            argv += ["-i", str(Path(str(host_vars["ansible_ssh_private_key_file"])).expanduser())]
-        argv += shlex.split(str(host_vars.get("ansible_ssh_common_args") or ""))
+                "-o", "ControlPersist=120", *ssh_options(host_vars)]
         self._argv = argv + [f"{user}@{address}" if user else address, "--"]
 
     def run(self, command: str, check: bool = True, timeout: float = 120,

@@ -32,6 +32,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
     by_release,
 )
 
+from infra.accept.remote import ssh_options
 from infra.ops.inventory_file import load_inventory
 from infra.ops.output import say
 from infra.stack.inputs import InputError, read_text_argument
@@ -207,12 +208,8 @@ def hosts_from_inventory(document: Mapping[Any, Any]) -> list[Host]:
     hosts = []
     for name, (groups, hv) in _walk_groups(document).items():
         user = str(hv.get("ansible_user") or "root")
-        options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
-        if hv.get("ansible_port"):
-            options += ["-p", str(hv["ansible_port"])]
-        if hv.get("ansible_ssh_private_key_file"):
-            options += ["-i", str(Path(str(hv["ansible_ssh_private_key_file"])).expanduser())]
-        options += shlex.split(str(hv.get("ansible_ssh_common_args") or ""))
+        options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+                   *ssh_options(hv)]
         options += shlex.split(str(hv.get("ansible_ssh_extra_args") or ""))
         address = str(hv.get("ansible_host") or name)
         hosts.append(Host(
