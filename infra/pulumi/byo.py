@@ -11,68 +11,13 @@ that reaches the controller only through ``slurm_elastic_credentials_file``).
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 import pulumi
 import pulumi_command as command
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import by_id
 
 from infra.pulumi.machines import ClusterArgs, Machines
-from infra.stack.byo import ByoHost, ByoSettings
-from infra.stack.config import ClusterConfig
-from infra.stack.inventory import NodeSpec
-
-
-def _settings(cfg: ClusterConfig) -> ByoSettings:
-    if cfg.byo is None:
-        raise ValueError("provider byo needs metalslurm:byo")
-    return cfg.byo
-
-
-def _direct(host: ByoHost) -> dict[str, Any]:
-    """A host with a public address is reached directly, not through the jump host."""
-    return {"ansible_ssh_common_args": ""} if host.public_address else {}
-
-
-def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
-    """Controller, NFS server, login nodes, then compute nodes in pool order, as the config
-    gives them."""
-    byo = _settings(cfg)
-    specs = []
-    for role, groups in (("controller", ("slurm_controller", "slurmdbd")),
-                         ("nfs", ("nfs_server",)), ("login", ("login",))):
-        specs += [NodeSpec(name=h.name, address=h.address, groups=groups,
-                           ansible_host=h.public_address, extra_vars=_direct(h))
-                  for h in byo.hosts if h.role == role]
-    for pool in cfg.compute_pools:
-        elastic = set(pool.elastic_names())
-        for node in pool.node_names():
-            h = byo.host(node)
-            specs.append(NodeSpec(
-                name=h.name, address=h.address, groups=("slurm_compute",),
-                gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
-                node_state="cloud" if node in elastic else "static",
-                power=h.bmc.power() if h.bmc else None))
-    return specs
-
-
-def connection_vars(cfg: ClusterConfig) -> dict[str, Any]:
-    byo = _settings(cfg)
-    conn: dict[str, Any] = {"ansible_user": byo.ssh_user,
-                            "ansible_become": byo.ssh_user != "root"}
-    jump = _jump_host(cfg)
-    if jump:
-        conn["ansible_ssh_common_args"] = f"-o ProxyJump={jump}"
-    return conn
-
-
-def _jump_host(cfg: ClusterConfig) -> str | None:
-    """user@host of the bastion, else of the controller's public address, else None."""
-    byo = _settings(cfg)
-    if byo.bastion:
-        return f"{byo.bastion_user or byo.ssh_user}@{byo.bastion}"
-    ctl = byo.host(cfg.controller_name)
-    return f"{byo.ssh_user}@{ctl.public_address}" if ctl.public_address else None
+from infra.stack.byo_hosts import byo_settings, connection_vars, jump_host, node_specs
 
 
 def host_check_script(name: str, gpu_count: int, os_name: str,
@@ -102,12 +47,12 @@ echo "host {n}: $ID $VERSION_ID ok"
 
 def byo_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machines:
     cfg = args.config
-    byo = _settings(cfg)
+    byo = byo_settings(cfg)
     specs = node_specs(cfg)
     checks: list[pulumi.Resource] = []
     if byo.check_hosts and args.ssh_private_key is not None:
         proxy = None
-        jump = _jump_host(cfg)
+        jump = jump_host(cfg)
         if jump:
             user, _, host = jump.partition("@")
             proxy = command.remote.ProxyConnectionArgs(host=host, user=user,
@@ -125,7 +70,7 @@ def byo_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
                 triggers=[spec.address, spec.gpu_count, cfg.os],
                 opts=pulumi.ResourceOptions(parent=parent)))
     ctl = next(s for s in specs if "slurm_controller" in s.groups)
-    jump = _jump_host(cfg)
+    jump = jump_host(cfg)
     hint = (f"ssh -J {jump} {byo.ssh_user}@{ctl.address}" if jump and not ctl.ansible_host
             else f"ssh {byo.ssh_user}@{ctl.ansible_host or ctl.address}")
     return Machines(

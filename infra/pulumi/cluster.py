@@ -22,8 +22,9 @@ import pulumi_random as random
 
 from infra.pulumi.byo import byo_machines
 from infra.pulumi.local import local_machines
-from infra.pulumi.machines import ClusterArgs, make_inventory
+from infra.pulumi.machines import ClusterArgs
 from infra.pulumi.oci import oci_machines
+from infra.stack.inventory import make_inventory
 from infra.stack.state import CLUSTER_SECRETS, JWT_KEY_BYTES, MUNGE_KEY_BYTES, StateDir
 
 PROVIDERS = {"local": local_machines, "byo": byo_machines, "oci": oci_machines}

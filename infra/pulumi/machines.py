@@ -6,15 +6,14 @@ Kept apart from :mod:`infra.pulumi.cluster` so the providers (``infra/providers/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from infra.stack.config import ClusterConfig
-from infra.stack.inventory import NodeSpec, build_inventory, cluster_vars, with_switches
+from infra.stack.inventory import NodeSpec
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,3 @@ class Machines:
     power: pulumi.Output[dict[str, dict[str, Any]]] = field(
         default_factory=lambda: pulumi.Output.from_input({}))
     ready: list[pulumi.Resource] = field(default_factory=list)
-
-
-def make_inventory(cfg: ClusterConfig, specs: list[NodeSpec], connection: Mapping[str, Any],
-                   power: Mapping[str, Mapping[str, Any]],
-                   files: Mapping[str, str]) -> dict[str, Any]:
-    """The foundation's inventory for these specs; raises InventoryError if it is invalid."""
-    specs = [replace(s, power=dict(power[s.name])) if s.name in power else s for s in specs]
-    specs = with_switches(cfg, specs)
-    all_vars = cluster_vars(cfg, specs)
-    all_vars.update(connection)
-    all_vars.update(files)
-    return build_inventory(specs, all_vars)

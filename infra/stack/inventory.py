@@ -186,3 +186,13 @@ def inventory_view(inventory: Mapping[str, Any]) -> dict[str, Any]:
     return {"groups": groups, "hostvars": hostvars}
 
 
+def make_inventory(cfg: ClusterConfig, specs: list[NodeSpec], connection: Mapping[str, Any],
+                   power: Mapping[str, Mapping[str, Any]],
+                   files: Mapping[str, str]) -> dict[str, Any]:
+    """The foundation's inventory for these specs; raises InventoryError if it is invalid."""
+    specs = [replace(s, power=dict(power[s.name])) if s.name in power else s for s in specs]
+    specs = with_switches(cfg, specs)
+    all_vars = cluster_vars(cfg, specs)
+    all_vars.update(connection)
+    all_vars.update(files)
+    return build_inventory(specs, all_vars)
