@@ -90,10 +90,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from infra.ops.preflight import preflight
+    from infra.ops import byo, preflight
 
-    return preflight(args.inventory, become_password_file=args.become_password_file,
-                     ask_become_pass=args.ask_become_pass, lock_wait=args.lock_wait)
+    if args.inventory is not None:
+        # Each file given is read first, so that a bad one is named for what it is.
+        if args.ssh_key is not None:
+            byo.checked_ssh_key(args.ssh_key)
+        byo.read_bmc_credentials(args.bmc_credentials)
+        for given, option in ((args.ssh_key, "--ssh-key"),
+                              (args.bmc_credentials, "--bmc-credentials")):
+            if given is not None:
+                raise InputError(option, "goes with --stack only (with -i, the inventory says "
+                                 "how to reach the hosts); leave it out", given)
+        return preflight.preflight(args.inventory, become_password_file=args.become_password_file,
+                                   ask_become_pass=args.ask_become_pass, lock_wait=args.lock_wait)
+    return byo.preflight_stack(
+        args.stack, ssh_key=args.ssh_key, bmc_credentials=args.bmc_credentials,
+        password=preflight.become_password(args.become_password_file, args.ask_become_pass),
+        lock_wait=args.lock_wait)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from infra.ops import byo
+
+    return byo.up(args.stack, ssh_key=args.ssh_key, bmc_credentials=args.bmc_credentials,
+                  lock_wait=args.lock_wait, configure=not args.no_configure,
+                  verify=not args.no_verify)
 
 
 def cmd_topology_discover(args: argparse.Namespace) -> int:
@@ -212,9 +234,15 @@ def _add_verify(sub: _Commands) -> None:
 
 def _add_preflight(sub: _Commands) -> None:
     """``preflight``: is every host of an inventory fit to become a node (read only)."""
-    pre = sub.add_parser("preflight", help="check every host of an inventory before a "
-                         "configure (read only)")
-    pre.add_argument("-i", "--inventory", required=True, type=Path)
+    pre = sub.add_parser("preflight", help="check every host of an inventory (or of a byo "
+                         "stack) before a configure (read only)")
+    source = pre.add_mutually_exclusive_group(required=True)
+    source.add_argument("-i", "--inventory", type=Path)
+    source.add_argument("--stack", type=Path, help="a byo stack file (with --ssh-key)")
+    pre.add_argument("--ssh-key", type=Path, metavar="FILE",
+                     help="with --stack: the SSH private key the hosts accept")
+    pre.add_argument("--bmc-credentials", type=Path, metavar="FILE",
+                     help="with --stack: the BMC credentials (JSON)")
     pw = pre.add_mutually_exclusive_group()
     pw.add_argument("--become-password-file", type=Path, metavar="FILE",
                     help="the sudo password, on the file's first line")
@@ -223,6 +251,22 @@ def _add_preflight(sub: _Commands) -> None:
     pre.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
                      help="how long to wait for apt's lock to be released")
     pre.set_defaults(func=cmd_preflight)
+
+
+def _add_up(sub: _Commands) -> None:
+    """``up``: a byo cluster without the Pulumi engine."""
+    up = sub.add_parser("up", help="pre-flight, inventory, configure and verify a byo stack's "
+                        "existing servers (no Pulumi engine)")
+    up.add_argument("--stack", required=True, type=Path, help="the byo stack file")
+    up.add_argument("--ssh-key", required=True, type=Path, metavar="FILE",
+                    help="the SSH private key the hosts accept (the inventory names it)")
+    up.add_argument("--bmc-credentials", type=Path, metavar="FILE",
+                    help="the BMC credentials of elastic hosts (JSON)")
+    up.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
+                    help="how long the pre-flight waits for apt's lock")
+    up.add_argument("--no-configure", action="store_true")
+    up.add_argument("--no-verify", action="store_true")
+    up.set_defaults(func=cmd_up)
 
 
 def _add_topology(sub: _Commands) -> None:
@@ -344,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_configure(sub)
     _add_verify(sub)
     _add_preflight(sub)
+    _add_up(sub)
     _add_topology(sub)
     _add_config(sub)
     _add_wheelhouse(sub)

@@ -640,12 +640,8 @@ def format_table(reports: Sequence[Report]) -> list[str]:
             for row in rows]
 
 
-def preflight(inventory: Path, *, become_password_file: Path | None = None,
-              ask_become_pass: bool = False, lock_wait: float | None = None,
-              out: Callable[[str], None] = say) -> int:
-    """``metalslurm preflight -i INVENTORY``: 0 when every host passes, 1 otherwise."""
-    document = load_inventory(inventory, "--inventory")
-    password = None
+def become_password(become_password_file: Path | None, ask_become_pass: bool) -> str | None:
+    """The sudo password from --become-password-file (its first line) or -K, else None."""
     if become_password_file is not None:
         password = read_text_argument(become_password_file, "--become-password-file",
                                       "a file holding the sudo password on its first line"
@@ -654,19 +650,32 @@ def preflight(inventory: Path, *, become_password_file: Path | None = None,
             raise InputError("--become-password-file", "has an empty first line; give a "
                              "file holding the sudo password on its first line",
                              become_password_file)
-    elif ask_become_pass:
+        return password
+    if ask_become_pass:
         import getpass
 
-        password = getpass.getpass("sudo password: ")
+        return getpass.getpass("sudo password: ")
+    return None
+
+
+def checked_lock_wait(lock_wait: float | None) -> float:
+    """--lock-wait, or its default; an InputError outside 0..LOCK_WAIT_MAX_S (NaN too)."""
     lock_wait = LOCK_WAIT_S if lock_wait is None else lock_wait
-    if not 0 <= lock_wait <= LOCK_WAIT_MAX_S:  # also NaN
+    if not 0 <= lock_wait <= LOCK_WAIT_MAX_S:
         raise InputError("--lock-wait", f"is {lock_wait}; give the seconds to wait for apt's "
                          f"lock, from 0 (do not wait) to {LOCK_WAIT_MAX_S:.0f}")
+    return lock_wait
+
+
+def check(document: Mapping[str, Any], *, password: str | None, lock_wait: float,
+          source: tuple[str, str | Path], out: Callable[[str], None] = say) -> bool:
+    """Preflight an inventory document, print the table and the failures; True when every
+    host is fit. ``source`` is the (argument, value) a bad inventory is blamed on."""
     started = time.monotonic()
     try:
         reports = run(document, password=password, lock_wait=lock_wait)
     except PreflightError as exc:
-        raise InputError("--inventory", f"{exc}; fix the inventory", inventory) from None
+        raise InputError(source[0], f"{exc}; fix the inventory", source[1]) from None
     for line in format_table(reports):
         out(line)
     problems = [p for r in reports for p in r.problems]
@@ -676,6 +685,18 @@ def preflight(inventory: Path, *, become_password_file: Path | None = None,
     if problems:
         out(f"preflight: {len({p.split(':')[0] for p in problems})} of {hosts} host(s) unfit "
             f"({time.monotonic() - started:.1f} s); nothing was changed on any host")
-        return 1
+        return False
     out(f"preflight: {hosts} host(s) fit ({time.monotonic() - started:.1f} s)")
-    return 0
+    return True
+
+
+def preflight(inventory: Path, *, become_password_file: Path | None = None,
+              ask_become_pass: bool = False, lock_wait: float | None = None,
+              out: Callable[[str], None] = say) -> int:
+    """``metalslurm preflight -i INVENTORY``: 0 when every host passes, 1 otherwise."""
+    document = load_inventory(inventory, "--inventory")
+    lock_wait = checked_lock_wait(lock_wait)
+    password = become_password(become_password_file, ask_become_pass)
+    fit = check(document, password=password, lock_wait=lock_wait,
+                source=("--inventory", inventory), out=out)
+    return 0 if fit else 1

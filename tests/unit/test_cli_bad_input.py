@@ -28,6 +28,12 @@ BYO_STACK = REPO / "Pulumi.example-byo.yaml"
 INVENTORY = REPO / "tests/fixtures/inventory/nfs-server.yml"
 FABRIC = REPO / "tests/fixtures/ib/local-e2e.ibnetdiscover"
 SACCT = REPO / "tests/fixtures/slurm/sacct/usage-2026-05.txt"
+# A private key as --ssh-key wants it (0600), for the commands that require one.
+_KEY_DIR = tempfile.TemporaryDirectory(prefix="metalslurm-bad-input-key-")
+SSH_KEY = Path(_KEY_DIR.name) / "id_ed25519"
+SSH_KEY.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n"
+                   "-----END OPENSSH PRIVATE KEY-----\n")
+SSH_KEY.chmod(0o600)
 
 
 class Reached(BaseException):
@@ -158,6 +164,22 @@ def test_local_commands_refuse_another_providers_stack(refuse, command):
     assert_one_line(rc, out, err, "--stack", "metalslurm:provider is 'byo'")
 
 
+BYO_COMMANDS = [["up", "--ssh-key", str(SSH_KEY)], ["preflight", "--ssh-key", str(SSH_KEY)]]
+
+
+@pytest.mark.parametrize("command", BYO_COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize("kind", STACK_KINDS)
+def test_byo_commands_refuse_a_bad_stack_file(refuse, inputs, command, kind):
+    rc, out, err = refuse([command[0], "--stack", inputs[kind], *command[1:]])
+    assert_one_line(rc, out, err, f"--stack {inputs[kind]}: ", STACK_KINDS[kind])
+
+
+def test_preflight_of_a_stack_needs_the_ssh_key(refuse):
+    rc, out, err = refuse(["preflight", "--stack", BYO_STACK])
+    assert_one_line(rc, out, err, "--ssh-key: is missing: with --stack, give the SSH private "
+                    "key file the hosts accept")
+
+
 def test_local_commands_refuse_a_missing_default_stack(refuse):
     rc, out, err = refuse(["local", "up"])
     assert_one_line(rc, out, err, "--stack Pulumi.local.yaml: file not found")
@@ -213,6 +235,8 @@ def test_configure_refuses_a_bad_extra_var(refuse, item, problem):
      "--become-password-file /nonexistent/pw: file not found; give a file holding the sudo "
      "password on its first line"),
     (["--become-password-file", "pw", "-K"], "not allowed with argument"),
+    (["--ssh-key", str(SSH_KEY)], f"--ssh-key {SSH_KEY}: goes with --stack only (with -i, the "
+     "inventory says how to reach the hosts); leave it out"),
 ])
 def test_preflight_refuses_bad_options_before_reaching_a_host(refuse, args, problem):
     rc, out, err = refuse(["preflight", "-i", INVENTORY, *args])
@@ -383,6 +407,7 @@ def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 # A valid value for each argument a command may need besides the one under test, so that
 # it gets as far as reading that one. A new required argument needs an entry here.
 VALID: dict[str, list[str]] = {
+    "ssh_key": [str(SSH_KEY)],
     "stack": [str(LOCAL_STACK)],
     "stack_file": [str(LOCAL_STACK)],
     "inventory": [str(INVENTORY)],
