@@ -113,6 +113,8 @@ class Cluster(pulumi.ComponentResource):
                     lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
         run = [sys.executable, "-m", "infra.pulumi.configure", "--state-dir",
                str(args.state_dir.resolve())]
+        if cfg.provider == "byo" and cfg.byo is not None and cfg.byo.check_hosts:
+            run.append("--preflight")  # every host checked before the playbook touches one
         if cfg.configure:
             run.append("--playbook")
         # Writes the inventory and the secret files (0600); with configure: true also runs

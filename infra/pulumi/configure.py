@@ -3,10 +3,12 @@
 Writes the exported inventory and the secret files it names into the stack's state
 directory through :class:`infra.stack.state.StateDir` (the secrets arrive in this process's
 environment from Pulumi secret outputs and are never written into the inventory), then,
-with ``--playbook``, runs ``ansible-playbook -i INVENTORY ansible/site.yml`` exactly as an
-operator would.
+with ``--preflight``, checks every host with ``metalslurm preflight -i INVENTORY`` (a
+failure fails the command, and so ``pulumi up``, before any host is changed), then, with
+``--playbook``, runs ``ansible-playbook -i INVENTORY ansible/site.yml`` exactly as an operator
+would.
 
-    python -m infra.pulumi.configure --state-dir .metalslurm/<stack> [--playbook]
+    python -m infra.pulumi.configure --state-dir .metalslurm/<stack> [--preflight] [--playbook]
 """
 
 from __future__ import annotations
@@ -75,9 +77,17 @@ def playbook_command(inventory: Path) -> list[str]:
     return [exe, "-i", str(inventory), str(REPO_ROOT / "ansible" / "site.yml")]
 
 
+def preflight_command(inventory: Path) -> list[str]:
+    """The pre-flight as an operator runs it (the CLI's process: this layer does not import
+    the operator commands)."""
+    return [sys.executable, "-m", "infra.cli", "preflight", "-i", str(inventory)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.pulumi.configure")
     parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--preflight", action="store_true",
+                        help="check every host first (metalslurm preflight)")
     parser.add_argument("--playbook", action="store_true", help="also run ansible/site.yml")
     args = parser.parse_args(argv)
     state = StateDir(args.state_dir)
@@ -87,9 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {state.inventory} and its secret files (mode 0600)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METALSLURM_")}
+    if args.preflight:
+        checked = subprocess.run(preflight_command(state.inventory), cwd=REPO_ROOT, env=env,
+                                 check=False).returncode
+        if checked != 0:
+            return checked
     if not args.playbook:
         return 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("METALSLURM_")}
     env.setdefault("ANSIBLE_CONFIG", str(REPO_ROOT / "ansible" / "ansible.cfg"))
     return subprocess.run(playbook_command(state.inventory), cwd=REPO_ROOT, env=env,
                           check=False).returncode

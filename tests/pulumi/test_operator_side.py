@@ -1,14 +1,14 @@
-"""The parts that need no engine, run for real: secret files and the byo host check."""
+"""The parts that need no engine, run for real: secret files, and the pre-flight the
+operator-files command runs before the playbook."""
 
 import base64
 import json
 import stat
-import subprocess
 
 import pytest
 import yaml
 
-from infra.pulumi.byo import host_check_script
+from infra.pulumi import configure
 from infra.pulumi.configure import OperatorFilesError, write_operator_files
 from infra.stack.state import StateDir
 
@@ -72,25 +72,25 @@ def test_a_different_munge_key_never_replaces_the_clusters(tmp_path):
     assert {p.name: p.read_text() for p in (*state.secrets.iterdir(), state.inventory)} == before
 
 
-@pytest.mark.parametrize(("os_release", "os_name", "gpus", "ok", "message"), [
-    ('ID=debian\nVERSION_ID="12"\n', "debian12", 8, True, "debian 12 ok"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu24.04", 8, True, "ubuntu 24.04 ok"),
-    ('ID=centos\nVERSION_ID="7"\n', "debian13", 8, False,
-     "host gpu-001: runs centos 7; metalslurm:os is debian13 (debian 13)"),
-    # Every host must run the stack's OS: mixed releases mean mixed Slurm versions.
-    ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu24.04", 8, False,
-     "host gpu-001: runs ubuntu 22.04; metalslurm:os is ubuntu24.04 (ubuntu 24.04)"),
-    ('ID=debian\nVERSION_ID="12"\n', "debian12", 4, False,
-     "nvidia-smi shows 8 GPUs, the config says 4"),
-])
-def test_host_check_script(tmp_path, os_release, os_name, gpus, ok, message):
-    (tmp_path / "os-release").write_text(os_release)
-    fake = tmp_path / "bin" / "nvidia-smi"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
-    fake.chmod(0o755)
-    script = host_check_script("gpu-001", gpus, os_name, str(tmp_path / "os-release"))
-    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
-                         env={"PATH": f"{fake.parent}:/usr/bin:/bin"}, check=False)
-    assert (res.returncode == 0) is ok, res.stderr
-    assert message in res.stdout + res.stderr
+def test_an_unfit_host_fails_the_command_before_the_playbook(tmp_path, monkeypatch, capsys):
+    """--preflight runs 'metalslurm preflight' on the inventory just written; a host it
+    cannot reach fails the command (and so 'pulumi up') before the playbook starts."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host 10.20.0.10 port 22: "
+                                "Connection refused' >&2\nexit 255\n")
+    (bindir / "ssh").chmod(0o755)
+    played = tmp_path / "played"
+    monkeypatch.setattr(configure, "playbook_command", lambda _inv: ["touch", str(played)])
+    inventory = {"all": {"vars": {"metalslurm_os": "debian13", "ansible_user": "root"},
+                         "hosts": {"ctl": {"ansible_host": "10.20.0.10"}},
+                         "children": {"slurm_controller": {"hosts": {"ctl": None}}}}}
+    env = {**munge_env(b"k" * 1024), "METALSLURM_INVENTORY": json.dumps(inventory),
+           "PATH": f"{bindir}:/usr/bin:/bin"}
+    monkeypatch.setattr("os.environ", env)
+    rc = configure.main(["--state-dir", str(tmp_path / "stack"), "--preflight", "--playbook"])
+    assert rc == 1
+    assert not played.exists()
+    # Without --preflight (metalslurm:byo.checkHosts false) the playbook runs.
+    rc = configure.main(["--state-dir", str(tmp_path / "stack"), "--playbook"])
+    assert rc == 0 and played.exists()

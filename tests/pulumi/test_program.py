@@ -207,22 +207,25 @@ def test_oci_bastion_address_and_ssh_hint(oci_run):
         r.exports["inventory"]["all"]["vars"]["ansible_ssh_common_args"])
 
 
-def test_byo_hosts_are_checked_over_ssh_except_elastic_ones():
+def test_byo_hosts_are_checked_by_the_preflight_before_the_playbook():
     r = program_run("byo")
-    checks = {x.name: x for x in r.mocks.of_type("command:remote:Command")}
-    assert sorted(checks) == sorted(f"rented-check-{n}" for n in
-                                    ("ctl", "nfs", "gpu-001", "gpu-002", "gpu-003",
-                                     "login-001"))
-    for res in checks.values():
-        conn = res.inputs["connection"]
-        assert is_secret_value(conn) or is_secret_value(conn["privateKey"]), res.urn
-        conn = unsecret(conn)
-        if res.name == "rented-check-login-001":
-            # The login node has a public address (users reach it): checked there, directly.
-            assert conn["host"] == "198.51.100.21" and conn.get("proxy") is None, res.urn
-            continue
-        assert conn["proxy"]["host"] == "198.51.100.20", f"{res.urn}: not through the bastion"
-        assert ipaddress.ip_address(conn["host"]).is_private, res.urn
+    # One implementation: the operator-files command runs 'metalslurm preflight' on the
+    # inventory it writes, before the playbook; no check of its own per host.
+    assert r.mocks.of_type("command:remote:Command") == []
+    cmd = next(x for x in r.mocks.resources if x.name.endswith(("-configure", "-operator-files")))
+    assert "--preflight" in cmd.inputs["create"], cmd.urn
+    inventory = r.exports["inventory"]["all"]
+    # Through the bastion, except the login node, which has a public address.
+    assert inventory["vars"]["ansible_ssh_common_args"] == "-o ProxyJump=jump@198.51.100.20"
+    assert inventory["hosts"]["login-001"]["ansible_ssh_common_args"] == ""
+    assert inventory["hosts"]["login-001"]["ansible_host"] == "198.51.100.21"
+    assert inventory["hosts"]["gpu-004"]["metalslurm_node_state"] == "cloud"
+    plain, secrets = example("byo")
+    plain = {**plain, "metalslurm:byo": {**plain["metalslurm:byo"], "checkHosts": False}}
+    unchecked = run_program(plain, secrets)
+    cmd = next(x for x in unchecked.mocks.resources
+               if x.name.endswith(("-configure", "-operator-files")))
+    assert "--preflight" not in cmd.inputs["create"], cmd.urn
     power = r.exports["inventory"]["all"]["hosts"]["gpu-004"]["metalslurm_power"]
     assert power == {"driver": "redfish", "endpoint": "https://10.20.1.24",
                      "system_id": "/redfish/v1/Systems/1", "verify_tls": True}
