@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils import firewall
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     by_id,
     by_release,
@@ -58,10 +59,6 @@ LOCK_FILES = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt
 LOCK_WAIT_S = 120.0
 LOCK_WAIT_MAX_S = 3600.0
 LOCK_POLL_S = 2.0
-# Slurm's and the cluster's ports a firewall on a node must let in from the private network.
-CLUSTER_PORTS = "slurmctld 6817/tcp, slurmd 6818/tcp, slurmdbd 6819/tcp, srun's replies, " \
-                "NFS 2049/tcp, SSH 22/tcp"
-
 # The part any user may run: one key=value per line, lspci's and /proc/locks' lines
 # between markers.
 PROBE = r"""
@@ -361,27 +358,28 @@ def lock_holders(facts: Mapping[str, Any]) -> list[str]:
     return sorted(set(held))
 
 
-def firewall_findings(facts: Mapping[str, Any], cidr_or_address: str) -> list[str]:
-    """What an active host firewall would do to the cluster's traffic ([] when nothing)."""
-    found = []
+def firewall_findings(facts: Mapping[str, Any],
+                      cidr_or_address: str) -> tuple[list[str], list[str]]:
+    """What an active host firewall would do to the cluster's traffic: the firewalls the
+    roles cannot open (ufw, firewalld: they rewrite nftables' rules behind the run's back),
+    and the nftables input chains with a drop policy the host_firewall role opens."""
+    refused, opened = [], []
     units = dict(u.split(" ", 1) for u in facts.get("unit", []) if " " in u)
     ufw = str(facts.get("ufw", ""))
     if ((units.get("ufw") == "active" or "Status: active" in ufw)
             and cidr_or_address not in ufw and "6817" not in ufw):
-        found.append(f"ufw is active and allows neither {cidr_or_address} nor 6817")
+        refused.append(f"ufw is active and allows neither {cidr_or_address} nor 6817")
     if units.get("firewalld") == "active":
-        found.append("firewalld is active (its zones are not read here)")
+        refused.append("firewalld is active (its zones are not read here)")
     nft = str(facts.get("nft", ""))
     chain = None
     for line in nft.splitlines():
         m = re.match(r"\s*chain (\S+)", line)
         if m:
             chain = m.group(1)
-        if ("hook input" in line and "policy drop" in line
-                and cidr_or_address not in nft and "6817" not in nft):
-            found.append(f"nftables chain {chain} drops input by default and no rule "
-                         f"names {cidr_or_address} or 6817")
-    return found
+        if "hook input" in line and "policy drop" in line:
+            opened.append(str(chain))
+    return refused, opened
 
 
 # -- the checks -----------------------------------------------------------------------
@@ -405,10 +403,14 @@ def check_host(report: Report, facts: Mapping[str, Any], os_name: str, cidr: str
     if not privileged and facts.get("sudo") != "root":
         report.put("firewall", "skip", "not read (no privilege)")
     else:
-        findings = firewall_findings(facts, cidr)
-        if findings:
-            report.put("firewall", "fail", "blocks", f"{'; '.join(findings)}: it would block "
-                       f"{CLUSTER_PORTS} from {cidr}; allow {cidr} in, or stop it")
+        refused, opened = firewall_findings(facts, cidr)
+        if refused:
+            report.put("firewall", "fail", "blocks", f"{'; '.join(refused)}: the roles open "
+                       f"nftables only; stop it, or let in by hand {firewall.summary()} "
+                       f"({cidr}), and set host_firewall_enabled: false for the host")
+        elif opened:
+            report.put("firewall", "ok", "nftables drop: opened by the run (chain "
+                       f"{', '.join(opened)})")
         else:
             report.put("firewall", "ok", "allows" if str(facts.get("nft", "")).strip()
                        else "none")

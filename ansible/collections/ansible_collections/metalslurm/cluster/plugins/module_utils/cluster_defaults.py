@@ -15,10 +15,18 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ACCEPT_DEFAULTS", "ACCEPT_REASON_PREFIX", "ACCOUNTING_DEFAULTS", "DEFAULTS",
-           "DEFAULT_JOB_TIME", "MUNGE_MIN_KEY_BYTES", "PROGRAMS_DIR", "SLURMDBD_PORT",
-           "SLURM_GID", "accept_gate", "accept_settings", "accounting_settings",
-           "cluster_defaults"]
+           "DEFAULT_JOB_TIME", "MUNGE_MIN_KEY_BYTES", "PROGRAMS_DIR", "SLURMCTLD_PORT",
+           "SLURMDBD_PORT", "SLURMD_PORT", "SLURM_GID", "SRUN_PORT_RANGE",
+           "accept_gate", "accept_settings", "accounting_settings", "cluster_defaults"]
 
+# slurmctld's and slurmd's ports (SlurmctldPort, SlurmdPort: slurm_common; the host
+# firewall's openings: module_utils/firewall.py); Slurm's own defaults.
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+# The ports srun listens on for slurmctld's and the steps' messages (SrunPortRange), fixed
+# so a host firewall can let them in: SchedMD's example range, 3,000 ports (each srun takes
+# a few; as many sruns at once on one node).
+SRUN_PORT_RANGE = "60001-63000"
 # slurmdbd's port: DbdPort (slurmdbd role) and AccountingStoragePort (slurm_controller role);
 # Slurm's own default.
 SLURMDBD_PORT = 6819
@@ -41,6 +49,9 @@ SLURM_GID = 64030
 MUNGE_MIN_KEY_BYTES = 32
 
 DEFAULTS: dict[str, Any] = {
+    "slurmctld_port": SLURMCTLD_PORT,
+    "slurmd_port": SLURMD_PORT,
+    "srun_port_range": SRUN_PORT_RANGE,
     "slurmdbd_port": SLURMDBD_PORT,
     "programs_dir": PROGRAMS_DIR,
     # The node health checker (slurm_health installs it, slurm.conf's HealthCheckProgram).

@@ -1,0 +1,164 @@
+"""The Debian 13 cluster's nodes given what rented servers come with, then configured again.
+
+- A host firewall as a provider's image ships it: nftables, an input chain whose policy is
+  drop and that lets in SSH only (real nftables, in every node). Before the run it blocks
+  the cluster; the run puts the cluster's openings at the top of that chain and no more
+  (roles/host_firewall); they survive nftables' restarts and reloads; a ruleset reloaded by
+  hand is repaired by the next run, which changes nothing else; verify's reachability check
+  fails while the port is shut.
+- cloud-init's and needrestart's configuration directories (STAND-INs: the directories
+  alone, made here; the files the roles write into them are read by needrestart's own
+  language, Perl, here, and by cloud-init in the look-alike servers' module), and
+  unattended-upgrades' settings as apt reads them.
+
+Everything made for the test is undone after it (the firewall, the directories, the files).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from infra.ops.configure import run_playbook
+from tests.e2e.cluster import REPO
+
+NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
+# As a provider's image ships it: SSH in, the rest dropped.
+RENTED_RULESET = """#!/usr/sbin/nft -f
+flush ruleset
+table inet filter {
+	chain input {
+		type filter hook input priority filter; policy drop;
+		iif lo accept
+		ct state established,related accept
+		tcp dport 22 accept
+	}
+}
+"""
+OPEN_TASK = "Put the cluster's openings at the top of the host's input chains"
+CLOUD_CFG = "/etc/cloud/cloud.cfg.d/99-metalslurm.cfg"
+NEEDRESTART = "/etc/needrestart/conf.d/metalslurm.conf"
+
+
+def reach(cluster, node: str, address: str, port: int) -> bool:
+    return cluster.on(node, f"timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/{port}'",
+                      check=False).returncode == 0
+
+
+def ours(cluster, node: str) -> list[str]:
+    """The comments of the input chain's rules, in order (ours begin with 'metalslurm')."""
+    out = cluster.on(node, "nft -j list chain inet filter input").stdout
+    return [item["rule"].get("comment", "-") for item in json.loads(out)["nftables"]
+            if "rule" in item]
+
+
+def verify_network(cluster) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / ".venv/bin/pytest"), "-q", "-p", "no:cacheprovider", "--hosts=ansible://all",
+         f"--ansible-inventory={cluster.inventory}", "tests/verify/test_network.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(debian13):
+    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    saved = {}
+    for node in NODES:
+        had = debian13.on(node, "dpkg-query -W -f '${Status}' nftables 2>/dev/null",
+                          check=False).stdout.endswith(" installed")
+        active = debian13.on(node, "systemctl is-active nftables", check=False).stdout.strip()
+        saved[node] = (had, active == "active",
+                       debian13.on(node, "cat /etc/nftables.conf 2>/dev/null",
+                                   check=False).stdout)
+    for node in NODES:
+        debian13.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables "
+                          f">/dev/null && cat > /etc/nftables.conf <<'EOF'\n{RENTED_RULESET}EOF\n"
+                          "systemctl restart nftables")
+    debian13.on("login-001", "mkdir -p /etc/cloud/cloud.cfg.d")
+    debian13.on("gpu-001", "mkdir -p /etc/needrestart/conf.d")
+    yield debian13
+    for node, (had, active, conf) in saved.items():
+        restore = (f"cat > /etc/nftables.conf <<'EOF'\n{conf}EOF\n" if conf
+                   else "rm -f /etc/nftables.conf; ")
+        restore += ("systemctl restart nftables" if active else "systemctl stop nftables; "
+                    "nft delete table inet filter 2>/dev/null; true")
+        if not had:
+            restore += ("; DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq nftables "
+                        ">/dev/null")
+        debian13.on(node, restore, check=False)
+    debian13.on("login-001", f"rm -f {CLOUD_CFG}; rmdir /etc/cloud/cloud.cfg.d /etc/cloud",
+                check=False)
+    debian13.on("gpu-001", f"rm -f {NEEDRESTART}; rmdir /etc/needrestart/conf.d "
+                           "/etc/needrestart", check=False)
+
+
+def test_the_rented_firewall_shuts_the_cluster_out(cluster):
+    # slurmctld cannot reach slurmd, nor a login node slurmctld: the stand-in is a real one.
+    assert not reach(cluster, "ctl", "10.78.13.11", 6818)
+    assert not reach(cluster, "login-001", "10.78.13.10", 6817)
+    assert reach(cluster, "login-001", "10.78.13.10", 22)
+
+
+def test_a_run_opens_exactly_the_cluster_s_traffic(cluster):
+    result = run_playbook(cluster.inventory, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert sorted(h for h, task in result.changed_tasks if task == OPEN_TASK) == sorted(NODES)
+    assert ("NOTE: login-001: cloud-init's hostname and /etc/hosts management turned off for "
+            f"good ({CLOUD_CFG}: preserve_hostname, manage_etc_hosts)") in result.notes
+    assert [c.split(":")[0][:10] + c.split(":", 1)[1] for c in ours(cluster, "gpu-001")[:4]] == [
+        "metalslurm replies to this host's own connections",
+        "metalslurm ssh slurmd srun from the private network",
+        "metalslurm exporters from the monitoring host",
+        "metalslurm job traffic between compute nodes (MPI, NCCL, PMIx)"]
+    # The host's own rules stay, after the cluster's.
+    assert ours(cluster, "gpu-001")[4:] == ["-", "-", "-"]
+    # The cluster works: a job across both nodes (srun's ports, slurmd's, the steps'), and
+    # accounting from the login node (slurmdbd's port).
+    out = cluster.login("srun -N2 -w gpu-001,gpu-002 --time=1 hostname | sort", user="alice")
+    assert out.stdout.split() == ["gpu-001", "gpu-002"]
+    assert cluster.login("sacct -n -X -u alice -S now-10minutes --format=State | tail -1",
+                         user="alice").stdout.split() == ["COMPLETED"]
+    # Exactly: node_exporter on the controller answers the monitoring host (the controller
+    # itself), not the login node; the controller's slurmdbd, not a compute node's 6819.
+    assert not reach(cluster, "login-001", "10.78.13.10", 9100)
+    assert reach(cluster, "ctl", "10.78.13.10", 9100)
+    assert not reach(cluster, "gpu-001", "10.78.13.12", 9341)
+
+
+def test_the_openings_survive_nftables_restarts_and_reloads(cluster):
+    for action in ("restart", "reload"):
+        cluster.on("gpu-001", f"systemctl {action} nftables")
+        assert [c.split(" ")[0] for c in ours(cluster, "gpu-001")] == \
+            ["metalslurm"] * 4 + ["-"] * 3, action
+        assert reach(cluster, "ctl", "10.78.13.11", 6818), action
+
+
+def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(cluster):
+    passed = verify_network(cluster)
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    cluster.on("gpu-002", "nft -f /etc/nftables.conf")  # behind systemd's back
+    failed = verify_network(cluster)
+    assert failed.returncode == 1
+    assert "assert ['gpu-002 10.78.13.12:6818'] == []" in failed.stdout
+    result = run_playbook(cluster.inventory, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert result.changed_tasks == [("gpu-002", OPEN_TASK)]
+    assert reach(cluster, "ctl", "10.78.13.12", 6818)
+
+
+def test_unattended_upgrades_and_needrestart_leave_the_cluster_s_packages_alone(cluster):
+    held = cluster.on("gpu-002", "apt-config dump Unattended-Upgrade").stdout.splitlines()
+    assert 'Unattended-Upgrade::Package-Blacklist:: "^slurm";' in held
+    assert 'Unattended-Upgrade::Package-Blacklist:: "^nvidia";' in held
+    assert 'Unattended-Upgrade::Automatic-Reboot "false";' in held
+    kept = cluster.on("gpu-001", "perl -e 'our %nrconf; do \"" + NEEDRESTART + "\"; die $@ if $@; "
+                      "for my $u (qw(slurmd.service munge.service ssh.service)) { "
+                      "my ($k) = grep { $u =~ $_ } keys %{$nrconf{override_rc}}; "
+                      "print \"$u \", (defined $k ? $nrconf{override_rc}{$k} : \"restart\"), "
+                      "\"\\n\" }'").stdout
+    assert kept.splitlines() == ["slurmd.service 0", "munge.service 0", "ssh.service restart"]
+    # Only where the program is: no needrestart on the controller, no cloud-init on gpu-001.
+    assert cluster.ctl(f"test -e {NEEDRESTART}", check=False).returncode == 1
+    assert cluster.on("gpu-001", f"test -e {CLOUD_CFG}", check=False).returncode == 1
