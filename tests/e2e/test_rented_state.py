@@ -40,6 +40,7 @@ table inet filter {
 OPEN_TASK = "Put the cluster's openings at the top of the host's input chains"
 CLOUD_CFG = "/etc/cloud/cloud.cfg.d/99-metalslurm.cfg"
 NEEDRESTART = "/etc/needrestart/conf.d/metalslurm.conf"
+DROP_IN = "/etc/systemd/system/nftables.service.d/metalslurm-firewall.conf"
 
 
 def reach(cluster, node: str, address: str, port: int) -> bool:
@@ -73,6 +74,12 @@ def cluster(debian13):
                        debian13.on(node, "cat /etc/nftables.conf 2>/dev/null",
                                    check=False).stdout)
     for node in NODES:
+        # As a server comes: without what an earlier run of the role left (the run puts it
+        # back; the teardown leaves it, as a configured cluster has it).
+        debian13.on(node, "systemctl disable -q metalslurm-firewall 2>/dev/null; rm -f "
+                          f"{DROP_IN} /etc/systemd/system/metalslurm-firewall.service "
+                          "/usr/local/sbin/metalslurm-firewall /etc/metalslurm-firewall.json; "
+                          "systemctl daemon-reload")
         debian13.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables "
                           f">/dev/null && cat > /etc/nftables.conf <<'EOF'\n{RENTED_RULESET}EOF\n"
                           "systemctl restart nftables")
@@ -105,7 +112,7 @@ def test_a_run_opens_exactly_the_cluster_s_traffic(cluster):
     result = run_playbook(cluster.inventory, out=lambda _line: None)
     assert result.ok, result.failures
     assert sorted(h for h, task in result.changed_tasks if task == OPEN_TASK) == sorted(NODES)
-    assert ("NOTE: login-001: cloud-init's hostname and /etc/hosts management turned off for "
+    assert ("login-001: cloud-init's hostname and /etc/hosts management turned off for "
             f"good ({CLOUD_CFG}: preserve_hostname, manage_etc_hosts)") in result.notes
     assert [c.split(":")[0][:10] + c.split(":", 1)[1] for c in ours(cluster, "gpu-001")[:4]] == [
         "metalslurm replies to this host's own connections",
