@@ -420,3 +420,18 @@ def test_each_collection_plugin_is_tested_in_the_collection(plugin):
         f"no test under {tests.relative_to(REPO)} imports {module}"
         + (f" or calls metalslurm.cluster.{plugin.stem}" if kind in ("modules", "lookup")
            else ""))
+
+
+def test_a_task_on_the_operators_machine_never_becomes_root_there():
+    """A task delegated to localhost runs on the operator's machine, as the operator: it sets
+    the ansible_become variable to false, because a sudo user's inventory sets that variable
+    (infra/stack/byo_hosts.py, infra/pulumi/oci.py) and it outranks the become keyword (Mitogen
+    then runs sudo on the operator's machine)."""
+    offenders = []
+    for role in ROLE_NAMES:
+        for path in role_files(role)["tasks"]:
+            for task in tasks_of(load(path)):
+                if task.get("delegate_to") in ("localhost", "127.0.0.1") and (
+                        (task.get("vars") or {}).get("ansible_become") is not False):
+                    offenders.append(f"{path.relative_to(REPO)}: {task.get('name')}")
+    assert offenders == []
