@@ -151,8 +151,11 @@ def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(clu
     assert "assert ['gpu-002 10.78.13.12:6818'] == []" in failed.stdout
     result = run_playbook(cluster.inventory, out=lambda _line: None)
     assert result.ok, result.failures
-    assert result.changed_tasks == [("gpu-002", OPEN_TASK)]
+    # The reload flushed the DCGM host engine's guard too (roles/nvidia_gpu): put back.
+    assert result.changed_tasks == [("gpu-002", OPEN_TASK),
+                                    ("gpu-002", "Apply a changed or missing guard now")]
     assert reach(cluster, "ctl", "10.78.13.12", 6818)
+    cluster.on("gpu-002", "nft list table inet metalslurm_dcgm_guard")
 
 
 def test_ufw_is_refused_with_the_ports_to_open_by_hand(cluster):
