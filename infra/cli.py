@@ -103,11 +103,12 @@ def cmd_preflight(args: argparse.Namespace) -> int:
                 raise InputError(option, "goes with --stack only (with -i, the inventory says "
                                  "how to reach the hosts); leave it out", given)
         return preflight.preflight(args.inventory, become_password_file=args.become_password_file,
-                                   ask_become_pass=args.ask_become_pass, lock_wait=args.lock_wait)
+                                   ask_become_pass=args.ask_become_pass, lock_wait=args.lock_wait,
+                                   ssh_wait=args.ssh_wait)
     return byo.preflight_stack(
         args.stack, ssh_key=args.ssh_key, bmc_credentials=args.bmc_credentials,
         password=preflight.become_password(args.become_password_file, args.ask_become_pass),
-        lock_wait=args.lock_wait)
+        lock_wait=args.lock_wait, ssh_wait=args.ssh_wait)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -250,6 +251,9 @@ def _add_preflight(sub: _Commands) -> None:
                     help="ask for the sudo password")
     pre.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
                      help="how long to wait for apt's lock to be released")
+    pre.add_argument("--ssh-wait", type=float, default=None, metavar="SECONDS",
+                     help="how long to try an unreachable host again (a machine still "
+                     "booting; default 0)")
     pre.set_defaults(func=cmd_preflight)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from infra.ops.local import state_dir_for
 from infra.ops.output import phase, say
-from infra.ops.preflight import check, checked_lock_wait
+from infra.ops.preflight import check, checked_lock_wait, checked_ssh_wait
 from infra.stack.byo_hosts import connection_vars, node_specs
 from infra.stack.config import ClusterConfig, load_stack_file
 from infra.stack.inputs import InputError, read_text_argument
@@ -121,13 +121,14 @@ def byo_inventory(cfg: ClusterConfig, state: StateDir, ssh_key: Path, bmc: str |
 
 def preflight_stack(stack_file: Path, *, ssh_key: Path | None,
                     bmc_credentials: Path | None = None, password: str | None = None,
-                    lock_wait: float | None = None) -> int:
+                    lock_wait: float | None = None, ssh_wait: float | None = None) -> int:
     """``metalslurm preflight --stack FILE --ssh-key KEY``: nothing written."""
     cfg, key, bmc = checked_inputs(stack_file, ssh_key, bmc_credentials)
     wait = checked_lock_wait(lock_wait)
+    booting = checked_ssh_wait(ssh_wait)
     document = byo_inventory(cfg, StateDir(state_dir_for(stack_file)), key, bmc, write=False)
     return 0 if check(document, password=password, lock_wait=wait,
-                      source=("--stack", stack_file)) else 1
+                      source=("--stack", stack_file), ssh_wait=booting) else 1
 
 
 def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,

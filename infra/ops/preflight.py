@@ -59,6 +59,14 @@ LOCK_FILES = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt
 LOCK_WAIT_S = 120.0
 LOCK_WAIT_MAX_S = 3600.0
 LOCK_POLL_S = 2.0
+# How long an unreachable host (or bastion) is tried again: 0 by hand (it fails at once);
+# after 'pulumi up' creates machines, their sshd comes up minutes later
+# (infra/pulumi/configure.py passes its own).
+SSH_WAIT_S = 0.0
+SSH_WAIT_MAX_S = 3600.0
+SSH_POLL_S = 5.0
+# ssh's failures that waiting may cure (a machine still booting), as classify_ssh names them.
+WAITABLE = ("unreachable", "unreachable from the bastion")
 # The part any user may run: one key=value per line, lspci's and /proc/locks' lines
 # between markers.
 PROBE = r"""
@@ -539,8 +547,22 @@ def compare_hosts(reports: Sequence[Report], controller: str | None) -> None:
 # -- the run --------------------------------------------------------------------------
 
 
+def _retry_while_booting(attempt: Callable[[], subprocess.CompletedProcess[str]],
+                         via_bastion: bool, ssh_wait: float) -> subprocess.CompletedProcess[str]:
+    """``attempt()`` again every SSH_POLL_S while it fails the way a booting machine does,
+    for up to ``ssh_wait`` seconds; the last try."""
+    deadline = time.monotonic() + ssh_wait
+    proc = attempt()
+    while (proc.returncode == 255 and time.monotonic() < deadline
+           and classify_ssh(proc.stderr, via_bastion)[0] in WAITABLE):
+        time.sleep(SSH_POLL_S)
+        proc = attempt()
+    return proc
+
+
 def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str | None,
-                lock_wait: float, os_name: str, cidr: str, local: bool) -> Report:
+                lock_wait: float, os_name: str, cidr: str, local: bool,
+                ssh_wait: float = SSH_WAIT_S) -> Report:
     report = Report(host)
     if host.elastic:
         for check in CHECKS:
@@ -551,8 +573,11 @@ def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str
         report.put("ssh", "fail", "bastion unreachable", f"bastion {host.bastion}: "
                    f"{bastion_problem}")
         return report
+    proc = _retry_while_booting(lambda: ssh.run(ssh.argv(host), "true"),
+                                host.bastion is not None, ssh_wait)
     started = time.time()
-    proc = ssh.run(ssh.argv(host), PROBE)
+    if proc.returncode == 0:
+        proc = ssh.run(ssh.argv(host), PROBE)
     ended = time.time()
     if proc.returncode == 255:
         what, fix = classify_ssh(proc.stderr, host.bastion is not None)
@@ -600,7 +625,7 @@ def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str
 
 
 def run(document: Mapping[str, Any], *, password: str | None = None,
-        lock_wait: float = LOCK_WAIT_S) -> list[Report]:
+        lock_wait: float = LOCK_WAIT_S, ssh_wait: float = SSH_WAIT_S) -> list[Report]:
     """Probe every host of an inventory document; the reports in inventory order."""
     all_vars = (document.get("all") or {}).get("vars") or {}
     os_name = str(all_vars.get("metalslurm_os") or "")
@@ -619,14 +644,16 @@ def run(document: Mapping[str, Any], *, password: str | None = None,
         bastions: dict[str, str | None] = {}
         for host in hosts:
             if host.bastion and host.bastion not in bastions and not host.elastic:
-                proc = ssh.run(ssh.argv(host, _jump_options(host.options), host.bastion),
-                               "true", timeout=SSH_TIMEOUT_S + 10)
+                proc = _retry_while_booting(
+                    lambda h=host: ssh.run(ssh.argv(h, _jump_options(h.options), h.bastion),
+                                           "true", timeout=SSH_TIMEOUT_S + 10),
+                    False, ssh_wait)
                 bastions[host.bastion] = (None if proc.returncode == 0 else
                                           "; ".join(classify_ssh(proc.stderr, False)))
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
             reports = list(pool.map(
                 lambda h: _probe_host(ssh, h, password, bastions.get(h.bastion or ""),
-                                      lock_wait, os_name, cidr, local), hosts))
+                                      lock_wait, os_name, cidr, local, ssh_wait), hosts))
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
             list(pool.map(ssh.close, [r.host for r in reports if r.facts]))
     compare_hosts(reports, controller)
@@ -669,13 +696,24 @@ def checked_lock_wait(lock_wait: float | None) -> float:
     return lock_wait
 
 
+def checked_ssh_wait(ssh_wait: float | None) -> float:
+    """--ssh-wait, or its default; an InputError outside 0..SSH_WAIT_MAX_S (NaN too)."""
+    ssh_wait = SSH_WAIT_S if ssh_wait is None else ssh_wait
+    if not 0 <= ssh_wait <= SSH_WAIT_MAX_S:
+        raise InputError("--ssh-wait", f"is {ssh_wait}; give the seconds to wait for an "
+                         f"unreachable host's sshd, from 0 (do not wait) to "
+                         f"{SSH_WAIT_MAX_S:.0f}")
+    return ssh_wait
+
+
 def check(document: Mapping[str, Any], *, password: str | None, lock_wait: float,
-          source: tuple[str, str | Path], out: Callable[[str], None] = say) -> bool:
+          source: tuple[str, str | Path], out: Callable[[str], None] = say,
+          ssh_wait: float = SSH_WAIT_S) -> bool:
     """Preflight an inventory document, print the table and the failures; True when every
     host is fit. ``source`` is the (argument, value) a bad inventory is blamed on."""
     started = time.monotonic()
     try:
-        reports = run(document, password=password, lock_wait=lock_wait)
+        reports = run(document, password=password, lock_wait=lock_wait, ssh_wait=ssh_wait)
     except PreflightError as exc:
         raise InputError(source[0], f"{exc}; fix the inventory", source[1]) from None
     for line in format_table(reports):
@@ -694,11 +732,12 @@ def check(document: Mapping[str, Any], *, password: str | None, lock_wait: float
 
 def preflight(inventory: Path, *, become_password_file: Path | None = None,
               ask_become_pass: bool = False, lock_wait: float | None = None,
-              out: Callable[[str], None] = say) -> int:
+              ssh_wait: float | None = None, out: Callable[[str], None] = say) -> int:
     """``metalslurm preflight -i INVENTORY``: 0 when every host passes, 1 otherwise."""
     document = load_inventory(inventory, "--inventory")
     lock_wait = checked_lock_wait(lock_wait)
+    ssh_wait = checked_ssh_wait(ssh_wait)
     password = become_password(become_password_file, ask_become_pass)
     fit = check(document, password=password, lock_wait=lock_wait,
-                source=("--inventory", inventory), out=out)
+                source=("--inventory", inventory), out=out, ssh_wait=ssh_wait)
     return 0 if fit else 1

@@ -28,6 +28,9 @@ from infra.stack.inventory import make_inventory
 from infra.stack.state import CLUSTER_SECRETS, JWT_KEY_BYTES, MUNGE_KEY_BYTES, StateDir
 
 PROVIDERS = {"local": local_machines, "byo": byo_machines, "oci": oci_machines}
+# How long the pre-flight waits for oci machines just launched: a bare-metal shape takes
+# minutes to boot, then cloud-init's first apt run holds apt's lock.
+OCI_BOOT_WAIT_S = 900
 
 
 def secret_vars(args: ClusterArgs) -> dict[str, str]:
@@ -113,8 +116,13 @@ class Cluster(pulumi.ComponentResource):
                     lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
         run = [sys.executable, "-m", "infra.pulumi.configure", "--state-dir",
                str(args.state_dir.resolve())]
+        # Every host checked before the playbook touches one: byo hosts unless the stack
+        # turns it off; oci machines always, waiting for them to boot (sshd, then
+        # cloud-init's first apt run).
         if cfg.provider == "byo" and cfg.byo is not None and cfg.byo.check_hosts:
-            run.append("--preflight")  # every host checked before the playbook touches one
+            run.append("--preflight")
+        elif cfg.provider == "oci":
+            run += ["--preflight", "--preflight-wait", str(OCI_BOOT_WAIT_S)]
         if cfg.configure:
             run.append("--playbook")
         # Writes the inventory and the secret files (0600); with configure: true also runs

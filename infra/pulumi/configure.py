@@ -77,10 +77,11 @@ def playbook_command(inventory: Path) -> list[str]:
     return [exe, "-i", str(inventory), str(REPO_ROOT / "ansible" / "site.yml")]
 
 
-def preflight_command(inventory: Path) -> list[str]:
+def preflight_command(inventory: Path, waits: list[str] | None = None) -> list[str]:
     """The pre-flight as an operator runs it (the CLI's process: this layer does not import
-    the operator commands)."""
-    return [sys.executable, "-m", "infra.cli", "preflight", "-i", str(inventory)]
+    the operator commands); ``waits``: its --ssh-wait and --lock-wait, for machines just
+    created."""
+    return [sys.executable, "-m", "infra.cli", "preflight", "-i", str(inventory), *(waits or [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--preflight", action="store_true",
                         help="check every host first (metalslurm preflight)")
+    parser.add_argument("--preflight-wait", type=float, default=None, metavar="SECONDS",
+                        help="machines just created: the pre-flight waits this long for each "
+                        "host's sshd and apt's lock (cloud-init's first boot)")
     parser.add_argument("--playbook", action="store_true", help="also run ansible/site.yml")
     args = parser.parse_args(argv)
     state = StateDir(args.state_dir)
@@ -99,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {state.inventory} and its secret files (mode 0600)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("METALSLURM_")}
     if args.preflight:
-        checked = subprocess.run(preflight_command(state.inventory), cwd=REPO_ROOT, env=env,
-                                 check=False).returncode
+        waits = ([] if args.preflight_wait is None else
+                 ["--ssh-wait", str(args.preflight_wait), "--lock-wait", str(args.preflight_wait)])
+        checked = subprocess.run(preflight_command(state.inventory, waits), cwd=REPO_ROOT,
+                                 env=env, check=False).returncode
         if checked != 0:
             return checked
     if not args.playbook:

@@ -186,6 +186,22 @@ def test_ssh_failures_are_told_apart(cluster, inventory, tmp_path):
     assert table["ctl"]["ssh"] == "root"
 
 
+def test_a_host_still_booting_is_waited_for(cluster):
+    """--ssh-wait (what 'pulumi up' gives machines it has just created): gpu-002's sshd is
+    stopped and a systemd timer on the node starts it again 8 s later."""
+    cluster.on("gpu-002", "systemctl stop ssh.socket ssh.service && systemd-run -q "
+                          "--on-active=8 --unit=ms-preflight-ssh-back systemctl start ssh.service")
+    try:
+        started = time.monotonic()
+        rc, table, fails, out = preflight(cluster.inventory, "--ssh-wait", "90")
+        waited = time.monotonic() - started
+    finally:
+        cluster.on("gpu-002", "systemctl start ssh.service", check=False)
+    assert (rc, fails) == (0, []), out
+    assert table["gpu-002"]["ssh"] == "root"
+    assert waited > 8
+
+
 def test_another_os_and_an_address_on_no_interface_are_refused(cluster, inventory, tmp_path):
     path = variant(tmp_path, inventory, all_vars={"metalslurm_os": "debian12"},
                    hosts={"gpu-001": {"metalslurm_address": "10.78.13.99"}})

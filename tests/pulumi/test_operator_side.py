@@ -94,3 +94,17 @@ def test_an_unfit_host_fails_the_command_before_the_playbook(tmp_path, monkeypat
     # Without --preflight (metalslurm:byo.checkHosts false) the playbook runs.
     rc = configure.main(["--state-dir", str(tmp_path / "stack"), "--playbook"])
     assert rc == 0 and played.exists()
+
+
+def test_machines_just_created_give_the_preflight_time_to_boot(tmp_path, monkeypatch):
+    """--preflight-wait (oci) reaches the pre-flight as its --ssh-wait and --lock-wait."""
+    asked = []
+    monkeypatch.setattr(configure, "preflight_command",
+                        lambda _inv, waits=None: asked.append(waits) or ["true"])
+    inventory = {"all": {"vars": {"metalslurm_os": "debian13"}, "hosts": {"ctl": {}}}}
+    monkeypatch.setattr("os.environ", {**munge_env(b"k" * 1024),
+                                       "METALSLURM_INVENTORY": json.dumps(inventory)})
+    assert configure.main(["--state-dir", str(tmp_path / "s"), "--preflight",
+                           "--preflight-wait", "900"]) == 0
+    assert configure.main(["--state-dir", str(tmp_path / "s"), "--preflight"]) == 0
+    assert asked == [["--ssh-wait", "900.0", "--lock-wait", "900.0"], []]

@@ -199,6 +199,14 @@ def test_oci_login_nodes_are_cpu_instances_in_the_private_subnet(oci_run):
     assert list(groups["login"]["hosts"]) == ["login-001", "login-002"]
 
 
+def test_oci_machines_are_checked_by_the_preflight_once_they_have_booted(oci_run):
+    # The same pre-flight as byo's, waiting for the new machines' sshd and cloud-init's first
+    # apt run before it judges them.
+    cmd = next(x for x in oci_run.mocks.resources
+               if x.name.endswith(("-configure", "-operator-files")))
+    assert "--preflight --preflight-wait 900" in cmd.inputs["create"], cmd.urn
+
+
 def test_oci_bastion_address_and_ssh_hint(oci_run):
     r = oci_run
     assert r.exports["bastionAddress"] == "203.0.113.7"

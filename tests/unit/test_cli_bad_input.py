@@ -231,6 +231,9 @@ def test_configure_refuses_a_bad_extra_var(refuse, item, problem):
     (["--lock-wait", "-1"], "--lock-wait: is -1.0; give the seconds to wait for apt's lock"),
     (["--lock-wait", "nan"], "--lock-wait: is nan; give the seconds"),
     (["--lock-wait", "soon"], "argument --lock-wait: invalid float value: 'soon'"),
+    (["--ssh-wait", "-5"], "--ssh-wait: is -5.0; give the seconds to wait for an unreachable "
+     "host's sshd, from 0 (do not wait) to 3600"),
+    (["--ssh-wait", "inf"], "--ssh-wait: is inf; give the seconds"),
     (["--become-password-file", "/nonexistent/pw"],
      "--become-password-file /nonexistent/pw: file not found; give a file holding the sudo "
      "password on its first line"),

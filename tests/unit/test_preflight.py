@@ -3,6 +3,8 @@ tests/e2e/test_preflight.py runs it against the local cluster)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from infra.ops import preflight
@@ -198,3 +200,33 @@ def test_the_table_has_a_row_per_host_and_a_column_per_check():
     assert lines[0].split() == ["host", "ssh", "privilege", "os", "address", "gpus", "hca",
                                 "clock", "disk", "apt", "lock", "firewall", "identity"]
     assert lines[1].split()[:5] == ["gpu-001", "debian", "sudo", "debian13", "10.0.0.11"]
+
+
+@pytest.mark.parametrize(("stderr", "wait", "tries"), [
+    ("ssh: connect to host 10.0.0.11 port 22: Connection refused\r\n", 60, 3),  # booting
+    ("ssh: connect to host 10.0.0.11 port 22: Connection refused\r\n", 0, 1),   # by hand
+    ("debian@10.0.0.11: Permission denied (publickey).\r\n", 60, 1),  # waiting cures nothing
+    ("Host key verification failed.\r\n", 60, 1),
+])
+def test_a_host_still_booting_is_tried_again_up_to_the_wait(monkeypatch, stderr, wait, tries):
+    monkeypatch.setattr(preflight, "SSH_POLL_S", 0.0)
+    answers = [subprocess.CompletedProcess([], 255, "", stderr)] * 2 + [
+        subprocess.CompletedProcess([], 0, "", "")]
+    calls = []
+
+    def attempt():
+        calls.append(1)
+        return answers[len(calls) - 1]
+
+    proc = preflight._retry_while_booting(attempt, False, wait)
+    assert len(calls) == tries
+    assert proc.returncode == (0 if tries == 3 else 255)
+
+
+def test_a_host_that_never_comes_up_fails_once_the_wait_is_over(monkeypatch):
+    monkeypatch.setattr(preflight, "SSH_POLL_S", 0.01)
+    refused = subprocess.CompletedProcess([], 255, "", "ssh: connect to host 10.0.0.11 port "
+                                          "22: No route to host\r\n")
+    calls = []
+    proc = preflight._retry_while_booting(lambda: calls.append(1) or refused, True, 0.05)
+    assert proc is refused and 2 <= len(calls) <= 10
