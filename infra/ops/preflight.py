@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -644,9 +644,9 @@ def run(document: Mapping[str, Any], *, password: str | None = None,
         bastions: dict[str, str | None] = {}
         for host in hosts:
             if host.bastion and host.bastion not in bastions and not host.elastic:
+                argv = ssh.argv(host, _jump_options(host.options), host.bastion)
                 proc = _retry_while_booting(
-                    lambda h=host: ssh.run(ssh.argv(h, _jump_options(h.options), h.bastion),
-                                           "true", timeout=SSH_TIMEOUT_S + 10),
+                    partial(ssh.run, argv, "true", timeout=SSH_TIMEOUT_S + 10),
                     False, ssh_wait)
                 bastions[host.bastion] = (None if proc.returncode == 0 else
                                           "; ".join(classify_ssh(proc.stderr, False)))
