@@ -75,9 +75,12 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
     extra_vars = parse_extra_vars(args.extra_vars)
     load_inventory(args.inventory, "--inventory")
+    from infra.ops.preflight import become_password
+
+    password = become_password(args.become_password_file, args.ask_become_pass)
     result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
                           verbosity=args.verbose, extra_vars=extra_vars, out=say,
-                          heartbeat=heartbeat_for(say))
+                          heartbeat=heartbeat_for(say), become_password=password)
     print_summary(result, out=say)
     return result.rc
 
@@ -213,6 +216,15 @@ def _add_image(sub: _Commands) -> None:
     build.set_defaults(func=cmd_image_build)
 
 
+def _add_become_password(parser: argparse.ArgumentParser) -> None:
+    """--become-password-file FILE | -K: sudo's password, for a user that needs one."""
+    pw = parser.add_mutually_exclusive_group()
+    pw.add_argument("--become-password-file", type=Path, metavar="FILE",
+                    help="the sudo password, on the file's first line")
+    pw.add_argument("-K", "--ask-become-pass", action="store_true",
+                    help="ask for the sudo password")
+
+
 def _add_configure(sub: _Commands) -> None:
     """``configure``: ansible/site.yml against an inventory."""
     conf = sub.add_parser("configure", help="run ansible/site.yml against an inventory")
@@ -223,6 +235,7 @@ def _add_configure(sub: _Commands) -> None:
     conf.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
                       help="an Ansible extra variable (VALUE read as YAML); repeatable")
     conf.add_argument("-v", "--verbose", action="count", default=0)
+    _add_become_password(conf)
     conf.set_defaults(func=cmd_configure)
 
 
@@ -244,11 +257,7 @@ def _add_preflight(sub: _Commands) -> None:
                      help="with --stack: the SSH private key the hosts accept")
     pre.add_argument("--bmc-credentials", type=Path, metavar="FILE",
                      help="with --stack: the BMC credentials (JSON)")
-    pw = pre.add_mutually_exclusive_group()
-    pw.add_argument("--become-password-file", type=Path, metavar="FILE",
-                    help="the sudo password, on the file's first line")
-    pw.add_argument("-K", "--ask-become-pass", action="store_true",
-                    help="ask for the sudo password")
+    _add_become_password(pre)
     pre.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
                      help="how long to wait for apt's lock to be released")
     pre.add_argument("--ssh-wait", type=float, default=None, metavar="SECONDS",

@@ -238,7 +238,8 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  out: Callable[[str], None] | None = print,
                  heartbeat: Callable[[str], None] | None = None,
                  heartbeat_every: float = HEARTBEAT_SECONDS,
-                 playbook: str = "site.yml") -> ConfigureResult:
+                 playbook: str = "site.yml",
+                 become_password: str | None = None) -> ConfigureResult:
     """Run the site playbook (or another of ansible/) against ``inventory``; never raises
     for a failed play.
 
@@ -275,6 +276,12 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
         cmdline.append("--diff")
     if tags:
         cmdline += ["--tags", tags]
+    # sudo's password, answered to ansible-playbook's own prompt (held in memory: never an
+    # extra variable, which ansible-runner would write to its directory).
+    passwords = {}
+    if become_password is not None:
+        cmdline.append("--ask-become-pass")
+        passwords[r"^BECOME password.*:\s*?$"] = become_password
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
                "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0"}
     if strategy:
@@ -297,6 +304,7 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
             verbosity=verbosity,
             envvars=envvars,
             event_handler=on_event,
+            passwords=passwords,
             quiet=True,
             suppress_env_files=True,
         )

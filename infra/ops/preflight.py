@@ -92,6 +92,7 @@ for p in $(awk '{print ($2 == "->") ? $6 : $5}' /proc/locks 2>/dev/null | sort -
   echo "comm=$p $(cat /proc/$p/comm 2>/dev/null)"
 done
 for s in ufw firewalld nftables; do echo "unit=$s $(systemctl is-active $s 2>/dev/null)"; done
+grep -qs '^ENABLED=yes' /etc/ufw/ufw.conf && echo ufw_enabled=yes
 echo "clock=$(date +%s.%N)"
 """.replace("LOCK_FILES", " ".join(LOCK_FILES))
 # The part that needs root: the firewall's rules.
@@ -129,6 +130,8 @@ class Host:
     gpu_count: int = 0
     elastic: bool = False
     bastion: str | None = None
+    # The run opens an nftables firewall (roles/host_firewall) unless the host turns it off.
+    open_firewall: bool = True
 
 
 @dataclass
@@ -222,7 +225,9 @@ def hosts_from_inventory(document: Mapping[Any, Any]) -> list[Host]:
             target=f"{user}@{address}", user=user,
             become=bool(hv.get("ansible_become")), options=options, groups=tuple(groups),
             gpu_count=int(hv.get("metalslurm_gpu_count") or 0),
-            elastic=hv.get("metalslurm_node_state") == "cloud", bastion=_jump(options)))
+            elastic=hv.get("metalslurm_node_state") == "cloud", bastion=_jump(options),
+            open_firewall=str(hv.get("host_firewall_enabled", True)).lower()
+            not in ("false", "no", "0")))
     return hosts
 
 
@@ -366,27 +371,37 @@ def lock_holders(facts: Mapping[str, Any]) -> list[str]:
     return sorted(set(held))
 
 
-def firewall_findings(facts: Mapping[str, Any],
-                      cidr_or_address: str) -> tuple[list[str], list[str]]:
-    """What an active host firewall would do to the cluster's traffic: the firewalls the
-    roles cannot open (ufw, firewalld: they rewrite nftables' rules behind the run's back),
-    and the nftables input chains with a drop policy the host_firewall role opens."""
+def firewall_findings(facts: Mapping[str, Any], cidr_or_address: str,
+                      open_firewall: bool = True) -> tuple[list[str], list[str]]:
+    """What an active host firewall would do to the cluster's traffic: what the roles cannot
+    open (ufw, firewalld: they rewrite the rules behind the run's back; a chain the host
+    keeps itself, host_firewall_enabled false, that names neither the private network nor
+    6817), and the ip/inet nftables input chains with a drop policy the host_firewall role
+    opens."""
     refused, opened = [], []
     units = dict(u.split(" ", 1) for u in facts.get("unit", []) if " " in u)
     ufw = str(facts.get("ufw", ""))
-    if ((units.get("ufw") == "active" or "Status: active" in ufw)
+    # ufw's unit is active on Ubuntu whether ufw is on or not: its own switch says.
+    if ((facts.get("ufw_enabled") == "yes" or "Status: active" in ufw)
             and cidr_or_address not in ufw and "6817" not in ufw):
-        refused.append(f"ufw is active and allows neither {cidr_or_address} nor 6817")
+        refused.append(f"ufw is enabled and allows neither {cidr_or_address} nor 6817")
     if units.get("firewalld") == "active":
         refused.append("firewalld is active (its zones are not read here)")
     nft = str(facts.get("nft", ""))
-    chain = None
+    table = chain = None
     for line in nft.splitlines():
+        m = re.match(r"\s*table (\S+) (\S+)", line)
+        if m:
+            table = m.group(1)
         m = re.match(r"\s*chain (\S+)", line)
         if m:
             chain = m.group(1)
-        if "hook input" in line and "policy drop" in line:
-            opened.append(str(chain))
+        if "hook input" in line and "policy drop" in line and table in ("ip", "inet"):
+            if open_firewall:
+                opened.append(str(chain))
+            elif cidr_or_address not in nft and "6817" not in nft:
+                refused.append(f"nftables chain {chain} drops input, no rule names "
+                               f"{cidr_or_address} or 6817, and host_firewall_enabled is false")
     return refused, opened
 
 
@@ -411,11 +426,12 @@ def check_host(report: Report, facts: Mapping[str, Any], os_name: str, cidr: str
     if not privileged and facts.get("sudo") != "root":
         report.put("firewall", "skip", "not read (no privilege)")
     else:
-        refused, opened = firewall_findings(facts, cidr)
+        refused, opened = firewall_findings(facts, cidr, report.host.open_firewall)
         if refused:
             report.put("firewall", "fail", "blocks", f"{'; '.join(refused)}: the roles open "
                        f"nftables only; stop it, or let in by hand {firewall.summary()} "
-                       f"({cidr}), and set host_firewall_enabled: false for the host")
+                       f"({cidr})" + ("" if not report.host.open_firewall else
+                                      ", and set host_firewall_enabled: false for the host"))
         elif opened:
             report.put("firewall", "ok", "nftables drop: opened by the run (chain "
                        f"{', '.join(opened)})")

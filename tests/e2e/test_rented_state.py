@@ -159,25 +159,24 @@ def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(clu
 
 
 def test_ufw_is_refused_with_the_ports_to_open_by_hand(cluster):
-    # A STAND-IN ufw: a unit of that name that is active (ufw itself is not installed in the
-    # nodes); the role asks systemd, as it would of the real one.
-    cluster.on("gpu-002", "printf '[Service]\\nExecStart=/bin/sleep infinity\\n' > "
-                          "/run/systemd/system/ufw.service && systemctl daemon-reload && "
-                          "systemctl start ufw")
+    # A STAND-IN ufw: its own switch, /etc/ufw/ufw.conf's ENABLED=yes, which the role reads
+    # (ufw itself is not installed in the nodes; on Ubuntu its unit is active even while it
+    # is off, so the unit is not asked).
+    cluster.on("gpu-002", "mkdir -p /etc/ufw && echo ENABLED=yes > /etc/ufw/ufw.conf")
     try:
         result = run_playbook(cluster.inventory, limit="gpu-002", tags="configure",
                               out=lambda _line: None)
     finally:
-        cluster.on("gpu-002", "systemctl stop ufw; rm -f /run/systemd/system/ufw.service; "
-                              "systemctl daemon-reload", check=False)
+        cluster.on("gpu-002", "rm -rf /etc/ufw", check=False)
     assert not result.ok
     assert result.failures == [
-        "gpu-002: Refuse a firewall this role cannot open (ufw, firewalld): gpu-002 runs ufw, "
-        "which rewrites the host's nftables rules: stop it, or let in by hand SSH 22/tcp, "
-        "slurmctld 6817/tcp, slurmd and sackd 6818/tcp, slurmdbd 6819/tcp, srun "
-        "60001-63000/tcp, NFS 2049/tcp from the private network; the exporters (9100, 9341, "
-        "9400/tcp) from the monitoring host; any port between compute nodes (10.78.13.0/24), "
-        "and set host_firewall_enabled to false for this host"]
+        "gpu-002: Refuse a firewall this role cannot open (ufw, firewalld, iptables): gpu-002: "
+        "ufw is enabled: their rules are rewritten by the tool that owns them: open them "
+        "there, or stop it; let in by hand SSH 22/tcp, slurmctld 6817/tcp, slurmd and sackd "
+        "6818/tcp, slurmdbd 6819/tcp, srun 61001-64000/tcp, NFS 2049/tcp from the private "
+        "network; the exporters (9100, 9341, 9400/tcp) from the monitoring host; any port "
+        "between compute nodes (10.78.13.0/24), and set host_firewall_enabled to false for "
+        "this host"]
 
 
 def test_unattended_upgrades_and_needrestart_leave_the_cluster_s_packages_alone(cluster):

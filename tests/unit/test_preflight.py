@@ -124,20 +124,31 @@ def test_the_apt_lock_holder_is_named_and_a_waiter_is_not():
     assert preflight.lock_holders(preflight.parse_probe("==locks\n==end\n")) == []
 
 
-@pytest.mark.parametrize(("nft", "units", "ufw", "refused", "opened"), [
-    ("table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; "
-     "policy drop;\n\t\tct state established accept\n\t\ttcp dport 22 accept\n\t}\n}", [], "",
-     [], ["input"]),
-    ("table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; "
-     "policy accept;\n\t}\n}", [], "", [], []),
-    ("", ["ufw active"], "Status: active\n22/tcp ALLOW Anywhere",
-     ["ufw is active and allows neither 10.0.0.0/24 nor 6817"], []),
-    ("", ["ufw active"], "Status: active\nAnywhere ALLOW 10.0.0.0/24", [], []),
-    ("", ["firewalld active"], "", ["firewalld is active (its zones are not read here)"], []),
+DROPPING = ("table inet filter {\n\tchain input {\n\t\ttype filter hook input priority "
+            "filter; policy drop;\n\t\tct state established accept\n\t\ttcp dport 22 accept"
+            "\n\t}\n}")
+
+
+@pytest.mark.parametrize(("facts", "open_firewall", "refused", "opened"), [
+    ({"nft": DROPPING}, True, [], ["input"]),
+    # The host keeps its firewall itself (host_firewall_enabled: false).
+    ({"nft": DROPPING}, False, ["nftables chain input drops input, no rule names 10.0.0.0/24 "
+                                "or 6817, and host_firewall_enabled is false"], []),
+    ({"nft": DROPPING.replace("policy drop;", "policy drop;\n\t\tip saddr 10.0.0.0/24 accept")},
+     False, [], []),
+    ({"nft": DROPPING.replace("policy drop", "policy accept")}, True, [], []),
+    # A bridge's input hook is not the host's: not opened, not counted.
+    ({"nft": DROPPING.replace("table inet", "table bridge")}, True, [], []),
+    ({"ufw_enabled": "yes", "ufw": "Status: active\n22/tcp ALLOW Anywhere"}, True,
+     ["ufw is enabled and allows neither 10.0.0.0/24 nor 6817"], []),
+    ({"ufw_enabled": "yes", "ufw": "Status: active\nAnywhere ALLOW 10.0.0.0/24"}, True, [], []),
+    # Ubuntu: ufw's unit is active while ufw itself is off.
+    ({"unit": ["ufw active"], "ufw": "Status: inactive"}, True, [], []),
+    ({"unit": ["firewalld active"]}, True, ["firewalld is active (its zones are not read here)"],
+     []),
 ])
-def test_a_firewall_that_would_block_the_cluster_is_found(nft, units, ufw, refused, opened):
-    assert preflight.firewall_findings({"nft": nft, "unit": units, "ufw": ufw},
-                                       "10.0.0.0/24") == (refused, opened)
+def test_a_firewall_that_would_block_the_cluster_is_found(facts, open_firewall, refused, opened):
+    assert preflight.firewall_findings(facts, "10.0.0.0/24", open_firewall) == (refused, opened)
 
 
 def test_a_firewall_the_roles_cannot_open_is_refused_with_the_ports_to_open_by_hand():
@@ -148,7 +159,7 @@ def test_a_firewall_the_roles_cannot_open_is_refused_with_the_ports_to_open_by_h
     assert report.problems[-1] == (
         "gpu-001: firewalld is active (its zones are not read here): the roles open nftables "
         "only; stop it, or let in by hand SSH 22/tcp, slurmctld 6817/tcp, slurmd and sackd "
-        "6818/tcp, slurmdbd 6819/tcp, srun 60001-63000/tcp, NFS 2049/tcp from the private "
+        "6818/tcp, slurmdbd 6819/tcp, srun 61001-64000/tcp, NFS 2049/tcp from the private "
         "network; the exporters (9100, 9341, 9400/tcp) from the monitoring host; any port "
         "between compute nodes (10.0.0.0/24), and set host_firewall_enabled: false for the host")
 

@@ -24,9 +24,9 @@ __all__ = ["ACCEPT_DEFAULTS", "ACCEPT_REASON_PREFIX", "ACCOUNTING_DEFAULTS", "DE
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 # The ports srun listens on for slurmctld's and the steps' messages (SrunPortRange), fixed
-# so a host firewall can let them in: SchedMD's example range, 3,000 ports (each srun takes
-# a few; as many sruns at once on one node).
-SRUN_PORT_RANGE = "60001-63000"
+# so a host firewall can let them in: 3,000 ports (each srun takes a few), above Linux's
+# ephemeral range (32768-60999), so no outgoing connection holds one srun wants.
+SRUN_PORT_RANGE = "61001-64000"
 # slurmdbd's port: DbdPort (slurmdbd role) and AccountingStoragePort (slurm_controller role);
 # Slurm's own default.
 SLURMDBD_PORT = 6819

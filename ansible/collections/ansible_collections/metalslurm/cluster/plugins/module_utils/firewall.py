@@ -98,7 +98,10 @@ def openings(host: str, groups: Mapping[str, Any], addresses: Mapping[str, Any],
         # slurmd; sackd on login nodes takes slurmctld's configuration pushes on it too.
         private.append(SLURMD_PORT)
         private_why.append("slurmd" if member("slurm_compute") else "sackd")
-    if member("slurm_compute") or member("login") or host == submit_host:
+    # srun runs on login nodes, in batch scripts on compute nodes, and on the controller
+    # (verify, the acceptance gate, admins): slurmctld and the steps connect back to it.
+    if member("slurm_compute") or member("login") or member("slurm_controller") \
+            or host == submit_host:
         private.append(SRUN_PORT_RANGE)
         private_why.append("srun")
     if rest_port and host == submit_host:

@@ -22,17 +22,17 @@ def rules(host, **kw):
 def test_each_host_opens_its_own_daemons_ports_to_the_private_network_only():
     assert rules("ctl") == [
         "ip saddr 10.0.0.0/24 ct state established,related accept",
-        "ip saddr 10.0.0.0/24 tcp dport { 22, 2049, 6817, 6819, 9090, 9093 } accept",
+        "ip saddr 10.0.0.0/24 tcp dport { 22, 2049, 6817, 6819, 9090, 9093, 61001-64000 } accept",
         "ip saddr 10.0.0.10 tcp dport { 9100, 9341 } accept",
     ]
     assert rules("gpu-002") == [
         "ip saddr 10.0.0.0/24 ct state established,related accept",
-        "ip saddr 10.0.0.0/24 tcp dport { 22, 6818, 60001-63000 } accept",
+        "ip saddr 10.0.0.0/24 tcp dport { 22, 6818, 61001-64000 } accept",
         "ip saddr 10.0.0.10 tcp dport { 9100, 9400 } accept",
         "ip saddr { 10.0.0.11, 10.0.0.13 } accept",
     ]
     assert rules("login-001")[1:] == [
-        "ip saddr 10.0.0.0/24 tcp dport { 22, 6818, 6820, 60001-63000 } accept",
+        "ip saddr 10.0.0.0/24 tcp dport { 22, 6818, 6820, 61001-64000 } accept",
         "ip saddr 10.0.0.10 tcp dport 9100 accept",
     ]
 
@@ -42,7 +42,7 @@ def test_without_monitoring_rest_or_login_nodes_the_controller_is_the_submit_hos
     got = firewall.openings("ctl", groups, ADDRESSES, "10.0.0.0/24", "", None, "ctl")
     assert [r["rule"] for r in got] == [
         "ip saddr 10.0.0.0/24 ct state established,related accept",
-        "ip saddr 10.0.0.0/24 tcp dport { 22, 2049, 6817, 6819, 60001-63000 } accept",
+        "ip saddr 10.0.0.0/24 tcp dport { 22, 2049, 6817, 6819, 61001-64000 } accept",
     ]
 
 
