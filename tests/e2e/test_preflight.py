@@ -135,6 +135,21 @@ def test_a_sudo_user_through_a_bastion_with_and_without_a_password(cluster, inve
     assert (table["login-001"]["privilege"], table["login-001"]["firewall"]) == (
         "sudo (password)", "none")
     assert "rented-pw-1" not in out
+    # configure as that user, through the bastion, with the same password file: every role
+    # of the login node under sudo with a password (Mitogen), converged.
+    proc = metalslurm("configure", "-i", str(path), "--limit", "login-001",
+                      "--become-password-file", str(secret), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    row = next(line.split() for line in proc.stdout.splitlines()
+               if line.startswith("login-001 "))
+    assert row[1:] == [row[1], "0", "0", "0"], proc.stdout[-3000:]
+    assert "rented-pw-1" not in proc.stdout + proc.stderr
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password\n")
+    proc = metalslurm("configure", "-i", str(path), "--limit", "login-001",
+                      "--become-password-file", str(wrong), timeout=900)
+    assert proc.returncode != 0
+    assert "not-the-password" not in proc.stdout + proc.stderr
     # A user without become is refused even though it could sudo.
     path = variant(tmp_path, inventory, "nobecome.yml", hosts={"login-001": {
         "ansible_user": DEPLOY, "ansible_become": False}})

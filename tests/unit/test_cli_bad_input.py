@@ -228,6 +228,17 @@ def test_configure_refuses_a_bad_extra_var(refuse, item, problem):
 
 
 @pytest.mark.parametrize(("args", "problem"), [
+    (["--become-password-file", "/nonexistent/pw"],
+     "--become-password-file /nonexistent/pw: file not found; give a file holding the sudo "
+     "password on its first line"),
+    (["--become-password-file", "pw", "-K"], "not allowed with argument"),
+])
+def test_configure_refuses_a_bad_become_password_before_running(refuse, args, problem):
+    rc, out, err = refuse(["configure", "-i", INVENTORY, *args])
+    assert_one_line(rc, out, err, problem)
+
+
+@pytest.mark.parametrize(("args", "problem"), [
     (["--lock-wait", "-1"], "--lock-wait: is -1.0; give the seconds to wait for apt's lock"),
     (["--lock-wait", "nan"], "--lock-wait: is nan; give the seconds"),
     (["--lock-wait", "soon"], "argument --lock-wait: invalid float value: 'soon'"),

@@ -5,9 +5,12 @@ progress line when nothing was printed for 15 s (stdout not a terminal)."""
 from __future__ import annotations
 
 import io
+import json
+import re
 import sys
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,3 +195,27 @@ def test_metalslurm_configure_piped_gets_progress_lines(monkeypatch, tmp_path, c
     assert given["heartbeat"] is cli.say
     assert capsys.readouterr().out.splitlines()[0] == (
         "... configure: 15 s, task 1: Gathering Facts (1 host)")
+
+
+def test_a_sudo_password_answers_ansibles_prompt_and_is_written_nowhere(monkeypatch,
+                                                                         inventory):
+    """The password goes to ansible-playbook's own prompt (--ask-become-pass) through
+    ansible-runner's in-memory answers: not an extra variable, which ansible-runner writes
+    to its directory."""
+    seen = {}
+
+    def run(**kwargs: Any) -> types.SimpleNamespace:
+        seen.update(kwargs)
+        seen["files"] = sorted(str(p.relative_to(kwargs["private_data_dir"]))
+                               for p in Path(kwargs["private_data_dir"]).rglob("*"))
+        return types.SimpleNamespace(stats={}, rc=0, status="successful", stdout=None)
+
+    monkeypatch.setitem(sys.modules, "ansible_runner", types.SimpleNamespace(run=run))
+    run_playbook(inventory, out=None, become_password="s3cret-pw")
+    assert "--ask-become-pass" in seen["cmdline"].split()
+    assert list(seen["passwords"].values()) == ["s3cret-pw"]
+    assert re.match(next(iter(seen["passwords"])), "BECOME password: ")
+    assert "s3cret-pw" not in json.dumps(seen["extravars"]) and seen["files"] == []
+    seen.clear()
+    run_playbook(inventory, out=None)
+    assert seen["passwords"] == {} and seen["cmdline"] is None
