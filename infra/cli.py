@@ -116,10 +116,12 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from infra.ops import byo
+    from infra.ops.preflight import become_password
 
     return byo.up(args.stack, ssh_key=args.ssh_key, bmc_credentials=args.bmc_credentials,
                   lock_wait=args.lock_wait, configure=not args.no_configure,
-                  verify=not args.no_verify)
+                  verify=not args.no_verify,
+                  password=become_password(args.become_password_file, args.ask_become_pass))
 
 
 def cmd_topology_discover(args: argparse.Namespace) -> int:
@@ -277,6 +279,7 @@ def _add_up(sub: _Commands) -> None:
                     help="the BMC credentials of elastic hosts (JSON)")
     up.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
                     help="how long the pre-flight waits for apt's lock")
+    _add_become_password(up)
     up.add_argument("--no-configure", action="store_true")
     up.add_argument("--no-verify", action="store_true")
     up.set_defaults(func=cmd_up)

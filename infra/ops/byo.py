@@ -132,9 +132,11 @@ def preflight_stack(stack_file: Path, *, ssh_key: Path | None,
 
 
 def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,
-       lock_wait: float | None = None, configure: bool = True, verify: bool = True) -> int:
+       lock_wait: float | None = None, configure: bool = True, verify: bool = True,
+       password: str | None = None) -> int:
     """``metalslurm up --stack FILE --ssh-key KEY``: pre-flight, inventory, configure,
-    verify."""
+    verify; ``password``: sudo's, for the pre-flight and the configure (verify's testinfra
+    cannot answer sudo's prompt: it is left to a run as root or a NOPASSWD user)."""
     from infra.ops.configure import heartbeat_for, print_summary, run_playbook
     from infra.ops.verify import run_verify
 
@@ -144,7 +146,7 @@ def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,
     state = StateDir(state_dir_for(stack_file))
     timings: dict[str, float] = {}
     with phase("preflight", timings):
-        fit = check(byo_inventory(cfg, state, key, bmc, write=False), password=None,
+        fit = check(byo_inventory(cfg, state, key, bmc, write=False), password=password,
                     lock_wait=wait, source=("--stack", stack_file))
     if not fit:
         say("up stopped before changing anything: fix the hosts above and run it again")
@@ -155,10 +157,14 @@ def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,
     rc = 0
     if configure:
         with phase("configure", timings):
-            result = run_playbook(state.inventory, out=None, heartbeat=heartbeat_for(say))
+            result = run_playbook(state.inventory, out=None, heartbeat=heartbeat_for(say),
+                                  become_password=password)
             print_summary(result, out=say)
         rc = result.rc
-        if rc == 0 and verify:
+        if rc == 0 and verify and password is not None:
+            say("    verify skipped: testinfra cannot answer sudo's password prompt; run "
+                f"'metalslurm verify -i {state.inventory}' as root or a NOPASSWD sudo user")
+        elif rc == 0 and verify:
             with phase("verify", timings):
                 rc = run_verify(state.inventory, out=say)
     say("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))

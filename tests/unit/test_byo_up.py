@@ -128,3 +128,30 @@ def test_the_inventory_names_the_key_and_the_secret_files_and_they_are_kept(work
     state.remove()
     assert byo.byo_inventory(cfg, state, key.resolve(), bmc_text, write=False) == first
     assert not state.root.exists()
+
+
+def test_a_sudo_password_reaches_the_preflight_and_the_configure_and_verify_is_left_out(
+        work, tmp_path, monkeypatch, capsys):
+    """--become-password-file: the pre-flight and the configure get it (in memory); verify
+    (testinfra, which cannot answer sudo's prompt) is skipped with the command to run."""
+    import infra.ops.configure as configure_mod
+    import infra.ops.verify as verify_mod
+
+    stack, key, bmc = work
+    secret = tmp_path / "sudo-pw"
+    secret.write_text("rented-pw-1\n")
+    seen = {}
+    monkeypatch.setattr(byo, "check", lambda _doc, **kw: seen.update(check=kw["password"])
+                        or True)
+    monkeypatch.setattr(configure_mod, "run_playbook", lambda _inv, **kw: seen.update(
+        configure=kw["become_password"]) or configure_mod.ConfigureResult(0, "successful", 1.0,
+                                                                          {}))
+    monkeypatch.setattr(verify_mod, "run_verify", lambda *_a, **_k: seen.update(verify=1) or 0)
+    rc, out, _err = run(["up", "--stack", str(stack), "--ssh-key", str(key),
+                         "--bmc-credentials", str(bmc), "--become-password-file", str(secret)],
+                        capsys)
+    assert rc == 0, out
+    assert seen == {"check": "rented-pw-1", "configure": "rented-pw-1"}
+    assert ("verify skipped: testinfra cannot answer sudo's password prompt; run 'metalslurm "
+            "verify -i .metalslurm/rented/inventory.yml' as root or a NOPASSWD sudo user") in out
+    assert "rented-pw-1" not in out
