@@ -106,7 +106,8 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_elastic", "enroot_pyxis", "slurm_topology", "slurm_controller",
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
             "mpi", "monitoring_node", "slurm_exporter", "monitoring", "slurm_rest",
-            "slurm_login", "slurm_pam_adopt", "nccl_tests", "infra_access"} == roles
+            "slurm_login", "slurm_pam_adopt", "nccl_tests", "infra_access",
+            "host_firewall"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
