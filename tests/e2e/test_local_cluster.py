@@ -167,7 +167,8 @@ def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster
     other role predicts no change, and the NFS roles, which this cluster cannot run (the
     kernel has no NFS, so /home and /shared are bind mounts), predict theirs against real
     nodes (ctl as the server, the compute and login nodes as clients), render their files from the
-    real nodes' facts, and leave every node untouched."""
+    real nodes' facts, and leave every node untouched. The NFS server's firewall openings
+    gain NFS's port (roles/host_firewall)."""
     inventory = yaml.safe_load(up.inventory.read_text())
     inventory["all"]["vars"]["metalslurm_shared_storage"] = "nfs"
     inventory["all"]["children"]["nfs_server"]["hosts"] = {"ctl": None}
@@ -177,7 +178,8 @@ def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster
     assert result.ok, result.failures
     client = ["Install the NFS client", "Write a mount unit per shared path"]
     assert changed_by_host(result) == {
-        "ctl": ["Install the kernel NFS server", "Write the cluster's exports",
+        "ctl": ["Write the cluster's openings for this host (module_utils/firewall.py)",
+                "Install the kernel NFS server", "Write the cluster's exports",
                 "Set nfsd threads and protocol versions"],
         "gpu-001": client, "gpu-002": client, "login-001": client}
     exports = [after for host, task, after in result.diffs
@@ -185,6 +187,10 @@ def test_check_mode_predicts_only_the_nfs_roles_changes_on_the_converged_cluster
     assert [line for line in exports[0].splitlines() if not line.startswith("#")] == [
         "/home 10.78.13.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)",
         "/shared 10.78.13.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)"]
+    openings = [after for host, task, after in result.diffs
+                if (host, task) == ("ctl", "Write the cluster's openings for this host "
+                                           "(module_utils/firewall.py)")]
+    assert "tcp dport { 22, 2049, 6817, 6819, 9090, 9093, 61001-64000 }" in openings[0]
     units = [after for host, task, after in result.diffs
              if (host, task) == ("gpu-001", "Write a mount unit per shared path")]
     assert sorted(line for unit in units for line in unit.splitlines()
