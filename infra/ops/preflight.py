@@ -589,11 +589,13 @@ def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str
         report.put("ssh", "fail", "bastion unreachable", f"bastion {host.bastion}: "
                    f"{bastion_problem}")
         return report
-    proc = _retry_while_booting(lambda: ssh.run(ssh.argv(host), "true"),
-                                host.bastion is not None, ssh_wait)
+    ready = None
+    if ssh_wait > 0:  # wait for sshd first, so that the probe's clock is read at once
+        ready = _retry_while_booting(lambda: ssh.run(ssh.argv(host), "true"),
+                                     host.bastion is not None, ssh_wait)
     started = time.time()
-    if proc.returncode == 0:
-        proc = ssh.run(ssh.argv(host), PROBE)
+    proc = ready if ready is not None and ready.returncode != 0 else \
+        ssh.run(ssh.argv(host), PROBE)
     ended = time.time()
     if proc.returncode == 255:
         what, fix = classify_ssh(proc.stderr, host.bastion is not None)
@@ -703,23 +705,25 @@ def become_password(become_password_file: Path | None, ask_become_pass: bool) ->
     return None
 
 
+def _checked_wait(value: float | None, default: float, maximum: float, option: str,
+                  what: str) -> float:
+    """A --*-wait option, or its default; an InputError outside 0..maximum (NaN too)."""
+    value = default if value is None else value
+    if not 0 <= value <= maximum:
+        raise InputError(option, f"is {value}; give the seconds to wait for {what}, from 0 "
+                         f"(do not wait) to {maximum:.0f}")
+    return value
+
+
 def checked_lock_wait(lock_wait: float | None) -> float:
-    """--lock-wait, or its default; an InputError outside 0..LOCK_WAIT_MAX_S (NaN too)."""
-    lock_wait = LOCK_WAIT_S if lock_wait is None else lock_wait
-    if not 0 <= lock_wait <= LOCK_WAIT_MAX_S:
-        raise InputError("--lock-wait", f"is {lock_wait}; give the seconds to wait for apt's "
-                         f"lock, from 0 (do not wait) to {LOCK_WAIT_MAX_S:.0f}")
-    return lock_wait
+    """--lock-wait, or its default."""
+    return _checked_wait(lock_wait, LOCK_WAIT_S, LOCK_WAIT_MAX_S, "--lock-wait", "apt's lock")
 
 
 def checked_ssh_wait(ssh_wait: float | None) -> float:
-    """--ssh-wait, or its default; an InputError outside 0..SSH_WAIT_MAX_S (NaN too)."""
-    ssh_wait = SSH_WAIT_S if ssh_wait is None else ssh_wait
-    if not 0 <= ssh_wait <= SSH_WAIT_MAX_S:
-        raise InputError("--ssh-wait", f"is {ssh_wait}; give the seconds to wait for an "
-                         f"unreachable host's sshd, from 0 (do not wait) to "
-                         f"{SSH_WAIT_MAX_S:.0f}")
-    return ssh_wait
+    """--ssh-wait, or its default."""
+    return _checked_wait(ssh_wait, SSH_WAIT_S, SSH_WAIT_MAX_S, "--ssh-wait",
+                         "an unreachable host's sshd")
 
 
 def check(document: Mapping[str, Any], *, password: str | None, lock_wait: float,
