@@ -76,12 +76,14 @@ STAND_IN = {
     "task:Read the Slurm release apt would install (check mode before the first install)": {
         "changed": False, "stdout": "slurmctld:\n  Installed: (none)\n  Candidate: 24.11.5-4\n"
                                     "  Version table:\n     24.11.5-4 500\n"},
-    "task:Read the node's artifacts, RDMA devices, NVIDIA container toolkit and /run size": {
+    "task:Read the node's artifacts, packages, Pyxis build, RDMA devices, NVIDIA container "
+    "toolkit and /run": {
         "changed": False, "stdout_lines": [
             *(f"artifact:{file_name}=" for file_name in (
                 "enroot_4.1.2-1_amd64.deb", "enroot+caps_4.1.2-1_amd64.deb",
                 "pyxis-0.24.0.tar.gz")),
-            "rdma=0", "toolkit=no", "run_bytes=13510798336"]},
+            "slurm_client=", "slurm_release=", "libslurm_dev=", "headers=", "pyxis_record=",
+            "rdma=0", "toolkit=no", "run_bytes=13510798336", "fstab_run=", "apparmor=no"]},
     "task:Wait until slurmctld sees this node registered and responding": {
         "changed": False, "stdout": "idle|slurm"},
 }

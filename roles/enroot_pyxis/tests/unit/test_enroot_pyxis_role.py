@@ -21,8 +21,9 @@ from tests.paths import REPO
 
 ROLE = REPO / "roles" / "enroot_pyxis"
 # What tasks/probe.yml prints on a node with two HCAs and no NVIDIA container toolkit.
-PROBE = {"stdout_lines": ["artifact:enroot_4.1.2-1_amd64.deb=", "rdma=2", "toolkit=no",
-                          "run_bytes=0"]}
+PROBE = {"stdout_lines": ["artifact:enroot_4.1.2-1_amd64.deb=", "slurm_client=",
+                          "slurm_release=", "libslurm_dev=", "headers=", "pyxis_record=",
+                          "rdma=2", "toolkit=no", "run_bytes=0", "fstab_run=", "apparmor=no"]}
 
 
 def run_play(tmp_path: Path, host_vars: dict[str, dict], tasks: list[dict],

@@ -1,6 +1,6 @@
 """The enroot_pyxis role's filters: where each artifact comes from and whether it is the
 pinned one, registry credentials as Enroot reads them, the plugstack.conf line, enroot.conf
-settings (module_utils/containers.py)."""
+settings, what the install phase would change on a node (module_utils/containers.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class FilterModule:
             "artifact_sources": containers_errors(containers.artifact_sources),
             "artifact_problems": containers.artifact_problems,
             "local_artifact_problems": containers.local_artifact_problems,
+            "enroot_pyxis_install_drift": containers.install_drift,
             "credentials_problems": containers.credentials_problems,
             "netrc_block": containers_errors(containers.netrc_block),
             "plugstack_line": containers_errors(containers.plugstack_line),

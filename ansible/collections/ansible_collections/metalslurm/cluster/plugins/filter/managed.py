@@ -19,12 +19,21 @@ class ManagedStateError(ValueError):
 # directories 0755.
 DEFAULTS = {"file": {"owner": "root", "group": "root", "mode": "0644"},
             "directory": {"owner": "root", "group": "root", "mode": "0755"},
-            "link": {}}
+            "link": {},
+            "copy": {"owner": "root", "group": "root", "mode": "0644"}}
 
 
 def _same_owner(seen: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
     return [f"{key} {seen.get(key)} (not {want[key]})"
             for key in ("owner", "group", "mode") if key in want and seen.get(key) != want[key]]
+
+
+def _source_sha1(paths: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
+    """The SHA-1 a copy must have: its source's on the node (None where that is not a file)."""
+    source = paths.get(want.get("src"))
+    if not isinstance(source, Mapping) or source.get("type") != "file":
+        return None
+    return source.get("sha1")
 
 
 def _entry(kind: str, entry: Any) -> dict[str, Any]:
@@ -38,9 +47,11 @@ def _entry(kind: str, entry: Any) -> dict[str, Any]:
 def managed_drift(state: Any, wanted: Mapping[str, Any], installed: Any = None) -> list[str]:
     """One sentence per difference between ``state`` (managed_state's result) and
     ``wanted``: ``packages`` [names that must be installed, looked up in ``installed``, the
-    package facts], ``files`` [{path, content, owner, group, mode}], ``directories``
-    [{path, owner, group, mode} or a path], ``links`` [{path, src}], ``units`` [names that
-    must be active and enabled]. Left-out owner, group and mode are root, root, 0644 (0755
+    package facts], ``files`` [{path, content, owner, group, mode}], ``copies`` [{path, src,
+    owner, group, mode}: a file with the content of the node's ``src``, which managed_state
+    read too; ``src`` the path itself where only owner, group and mode are the role's],
+    ``directories`` [{path, owner, group, mode} or a path], ``links`` [{path, src}],
+    ``units`` [names that must be active and enabled]. Left-out owner, group and mode are root, root, 0644 (0755
     for a directory). A ``state`` that is not a result (the probe was skipped) is one
     difference: the write tasks decide."""
     drift = []
@@ -57,18 +68,21 @@ def managed_drift(state: Any, wanted: Mapping[str, Any], installed: Any = None) 
     paths, units = state["paths"], state.get("units") or {}
     for kind, entries in (("file", wanted.get("files") or []),
                           ("directory", wanted.get("directories") or []),
-                          ("link", wanted.get("links") or [])):
+                          ("link", wanted.get("links") or []),
+                          ("copy", wanted.get("copies") or [])):
         for want in (_entry(kind, e) for e in entries):
             seen = paths.get(want["path"])
             if not isinstance(seen, Mapping):
                 drift.append(f"{want['path']}: not read")
             elif not seen.get("exists"):
                 drift.append(f"{want['path']}: missing")
-            elif seen.get("type") != kind:
-                drift.append(f"{want['path']}: a {seen.get('type')}, not a {kind}")
+            elif seen.get("type") != (shape := "file" if kind == "copy" else kind):
+                drift.append(f"{want['path']}: a {seen.get('type')}, not a {shape}")
             elif kind == "file" and seen.get("sha1") != hashlib.sha1(  # noqa: S324
                     str(want.get("content", "")).encode()).hexdigest():
                 drift.append(f"{want['path']}: content differs")
+            elif kind == "copy" and seen.get("sha1") != _source_sha1(paths, want):
+                drift.append(f"{want['path']}: differs from {want['src']}")
             elif kind == "link" and seen.get("target") != want.get("src"):
                 drift.append(f"{want['path']}: points to {seen.get('target')}, "
                              f"not {want.get('src')}")
@@ -114,10 +128,13 @@ def managed_retire(state: Any, retirable: Any) -> list[str]:
 
 
 def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
-    """The paths managed_state must read for ``wanted``."""
-    return [_entry(kind, entry)["path"]
-            for key, kind in (("files", "file"), ("directories", "directory"), ("links", "link"))
-            for entry in wanted.get(key) or []]
+    """The paths managed_state must read for ``wanted`` (a copy's source too), each once."""
+    paths = [_entry(kind, entry)["path"]
+             for key, kind in (("files", "file"), ("directories", "directory"),
+                               ("links", "link"), ("copies", "copy"))
+             for entry in wanted.get(key) or []]
+    sources = [_entry("copy", entry).get("src") for entry in wanted.get("copies") or []]
+    return list(dict.fromkeys(paths + [s for s in sources if s]))
 
 
 class FilterModule:

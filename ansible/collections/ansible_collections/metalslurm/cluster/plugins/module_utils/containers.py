@@ -153,6 +153,47 @@ def local_artifact_problems(results: list[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def install_drift(probe: Mapping[str, str], sources: list[Mapping[str, Any]],
+                  local: list[Mapping[str, Any]], installed: Mapping[str, Any],
+                  build_packages: list[str], pyxis_version: str) -> list[str]:
+    """What the install phase of the enroot_pyxis role would change on a node, one sentence
+    each (empty: it would change nothing, and is skipped). ``probe`` is the node's one read
+    (tasks/probe.yml: ``artifact:<file>`` sha256 of its copies, ``slurm_client``,
+    ``libslurm_dev``, ``headers`` release, ``slurm_release``, ``pyxis_record``), ``local``
+    the stat results of the artifacts kept on the Ansible machine, ``installed`` the package
+    facts. The same tests as the install tasks' conditions: an artifact copy that differs,
+    Enroot's packages not at the artifacts' version, the build tools or libslurm-dev of the
+    installed Slurm's version missing, a Pyxis built from anything else than the node's Slurm
+    and the source it has."""
+    drift = []
+    checksums = {r["item"]["file"]: (r.get("stat") or {}).get("checksum") for r in local}
+    for source in sources:
+        have = probe.get(f"artifact:{source['file']}", "")
+        want = checksums.get(source["file"]) if not source.get("remote") else source.get("sha256")
+        if not have or (want and have != want):
+            drift.append(f"artifact {source['name']}: the node's copy differs")
+    enroot = next((s["file"] for s in sources if s["name"] == "enroot"), "")
+    version = enroot.rsplit("_", 2)[1] if enroot.count("_") >= 2 else ""
+    for package in ("enroot", "enroot+caps"):
+        seen = ((installed.get(package) or [{}])[0]).get("version", "")
+        if seen != version:
+            drift.append(f"{package} {seen or '(not installed)'}, not {version}")
+    slurm = probe.get("slurm_client", "")
+    missing = [p for p in build_packages if p not in installed]
+    if missing:
+        drift.append(f"build tools missing: {', '.join(missing)}")
+    if slurm and probe.get("libslurm_dev", "") != slurm:
+        drift.append(f"libslurm-dev {probe.get('libslurm_dev') or '(not installed)'}, "
+                     f"not the installed Slurm's {slurm}")
+    pyxis = next((s["file"] for s in sources if s["name"] == "pyxis"), "")
+    record = (f"pyxis {pyxis_version} sha256 {probe.get(f'artifact:{pyxis}', '')} "
+              f"slurm {probe.get('headers', '')} libslurm-dev {probe.get('libslurm_dev', '')}")
+    if not slurm or probe.get("headers", "") != probe.get("slurm_release", "") \
+            or probe.get("pyxis_record", "") != record:
+        drift.append("Pyxis was not built from this node's Slurm and Pyxis source")
+    return drift
+
+
 def _config_name(role_name: str) -> str:
     return next((c for c, r in ARTIFACT_NAMES.items() if r == role_name), role_name)
 

@@ -159,3 +159,44 @@ def test_a_service_that_runs_here_is_kept_and_an_unread_state_stops_nothing():
 def test_a_malformed_retirable_list_is_refused_naming_the_entry():
     with pytest.raises(AnsibleFilterError, match="needs unit and marker"):
         FILTERS["managed_retire"](retire_state(), [{"unit": "prometheus"}])
+
+
+def copy_state(dest_text: str, src_text: str | None, mode: str = "0755") -> dict:
+    paths = {"/etc/hooks/a.sh": {"exists": True, "type": "file", "owner": "root",
+                                 "group": "root", "mode": mode, "sha1": sha1(dest_text)}}
+    paths["/usr/share/hooks/a.sh"] = ({"exists": True, "type": "file", "owner": "root",
+                                       "group": "root", "mode": "0644", "sha1": sha1(src_text)}
+                                      if src_text is not None else {"exists": False})
+    return {"paths": paths}
+
+
+COPY = {"copies": [{"path": "/etc/hooks/a.sh", "src": "/usr/share/hooks/a.sh", "mode": "0755"}]}
+
+
+def test_a_copy_matches_its_source_on_the_node():
+    assert managed_drift(copy_state("#!/bin/sh\n", "#!/bin/sh\n"), COPY) == []
+    assert managed_paths(COPY) == ["/etc/hooks/a.sh", "/usr/share/hooks/a.sh"]
+
+
+@pytest.mark.parametrize(("state", "drift"), [
+    (copy_state("#!/bin/sh\nedited\n", "#!/bin/sh\n"),
+     ["/etc/hooks/a.sh: differs from /usr/share/hooks/a.sh"]),
+    (copy_state("#!/bin/sh\n", None), ["/etc/hooks/a.sh: differs from /usr/share/hooks/a.sh"]),
+    (copy_state("#!/bin/sh\n", "#!/bin/sh\n", mode="0644"), ["/etc/hooks/a.sh: mode 0644 (not 0755)"]),
+], ids=["edited", "source-gone", "mode"])
+def test_a_copy_that_differs_from_its_source_or_its_mode_is_drift(state, drift):
+    assert managed_drift(state, COPY) == drift
+
+
+def test_a_copy_of_itself_checks_only_its_mode_and_owner():
+    wanted = {"copies": [{"path": "/etc/hooks/a.sh", "src": "/etc/hooks/a.sh", "mode": "0644"}]}
+    assert managed_paths(wanted) == ["/etc/hooks/a.sh"]
+    assert managed_drift(copy_state("anything\n", None, mode="0644"), wanted) == []
+    assert managed_drift(copy_state("anything\n", None, mode="0755"), wanted) == [
+        "/etc/hooks/a.sh: mode 0755 (not 0644)"]
+
+
+def test_a_copy_that_is_a_link_is_drift():
+    state = copy_state("x", "x")
+    state["paths"]["/etc/hooks/a.sh"] = {"exists": True, "type": "link", "target": "/tmp/evil"}
+    assert managed_drift(state, COPY) == ["/etc/hooks/a.sh: a link, not a file"]

@@ -95,3 +95,56 @@ def test_a_missing_or_altered_local_artifact_is_named():
         {"item": by_name["enroot_caps"], "stat": {"exists": True, "isreg": True, "checksum": "c"}},
     ]) == ["artifact enroot: /m/enroot_4.1.2-1_amd64.deb does not exist on this machine",
            f"artifact pyxis: /m/pyxis-0.24.0.tar.gz has sha256 {'b' * 64}, not the pinned {SHA}"]
+
+
+SOURCES = [
+    {"name": "enroot", "file": "enroot_4.1.2-1_amd64.deb", "remote": False, "sha256": "a" * 64},
+    {"name": "enroot_caps", "file": "enroot+caps_4.1.2-1_amd64.deb", "remote": False,
+     "sha256": ""},
+    {"name": "pyxis", "file": "pyxis-0.24.0.tar.gz", "remote": True, "sha256": "c" * 64}]
+LOCAL = [{"item": SOURCES[0], "stat": {"checksum": "a" * 64}},
+         {"item": SOURCES[1], "stat": {"checksum": "b" * 64}}]
+INSTALLED = {"enroot": [{"version": "4.1.2-1"}], "enroot+caps": [{"version": "4.1.2-1"}],
+             "gcc": [{}], "make": [{}], "libc6-dev": [{}]}
+
+
+def converged_probe() -> dict[str, str]:
+    return {"artifact:enroot_4.1.2-1_amd64.deb": "a" * 64,
+            "artifact:enroot+caps_4.1.2-1_amd64.deb": "b" * 64,
+            "artifact:pyxis-0.24.0.tar.gz": "c" * 64,
+            "slurm_client": "24.11.5-4", "slurm_release": "24.11.5", "libslurm_dev": "24.11.5-4",
+            "headers": "24.11.5",
+            "pyxis_record": f"pyxis 0.24.0 sha256 {'c' * 64} slurm 24.11.5 libslurm-dev 24.11.5-4"}
+
+
+def drift(probe: dict[str, str], installed: dict = INSTALLED) -> list[str]:
+    return containers.install_drift(probe, SOURCES, LOCAL, installed, ["gcc", "make", "libc6-dev"],
+                                    "0.24.0")
+
+
+def test_a_converged_node_has_nothing_to_install():
+    assert drift(converged_probe()) == []
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"artifact:enroot_4.1.2-1_amd64.deb": "f" * 64}, "artifact enroot: the node's copy differs"),
+    # An unpinned local artifact is compared with the copy kept on the Ansible machine.
+    ({"artifact:enroot+caps_4.1.2-1_amd64.deb": "a" * 64},
+     "artifact enroot_caps: the node's copy differs"),
+    ({"artifact:pyxis-0.24.0.tar.gz": ""}, "artifact pyxis: the node's copy differs"),
+    ({"libslurm_dev": "24.11.4-1"},
+     "libslurm-dev 24.11.4-1, not the installed Slurm's 24.11.5-4"),
+    ({"headers": "24.11.4"}, "Pyxis was not built from this node's Slurm and Pyxis source"),
+    ({"pyxis_record": ""}, "Pyxis was not built from this node's Slurm and Pyxis source"),
+    ({"slurm_client": ""}, "Pyxis was not built from this node's Slurm and Pyxis source"),
+], ids=["artifact", "unpinned-local", "remote-missing", "libslurm-dev", "headers", "record",
+        "no-slurm"])
+def test_each_difference_the_install_tasks_would_repair_is_named(change, expected):
+    assert expected in drift({**converged_probe(), **change})
+
+
+def test_enroot_packages_and_build_tools_are_compared_with_the_artifacts_version():
+    installed = {**INSTALLED, "enroot+caps": [{"version": "3.5.0-1"}]}
+    installed.pop("make")
+    assert drift(converged_probe(), installed) == [
+        "enroot+caps 3.5.0-1, not 4.1.2-1", "build tools missing: make"]
