@@ -51,9 +51,9 @@ def managed_drift(state: Any, wanted: Mapping[str, Any], installed: Any = None) 
     owner, group, mode}: a file with the content of the node's ``src``, which managed_state
     read too; ``src`` the path itself where only owner, group and mode are the role's],
     ``directories`` [{path, owner, group, mode} or a path], ``links`` [{path, src}],
-    ``units`` [names that must be active and enabled]. Left-out owner, group and mode are root, root, 0644 (0755
-    for a directory). A ``state`` that is not a result (the probe was skipped) is one
-    difference: the write tasks decide."""
+    ``units`` [names that must be active and enabled]. Left-out owner, group and mode are
+    root, root, 0644 (0755 for a directory). A ``state`` that is not a result (the probe
+    was skipped) is one difference: the write tasks decide."""
     drift = []
     packages = wanted.get("packages") or []
     if packages:

@@ -182,7 +182,8 @@ def test_a_copy_matches_its_source_on_the_node():
     (copy_state("#!/bin/sh\nedited\n", "#!/bin/sh\n"),
      ["/etc/hooks/a.sh: differs from /usr/share/hooks/a.sh"]),
     (copy_state("#!/bin/sh\n", None), ["/etc/hooks/a.sh: differs from /usr/share/hooks/a.sh"]),
-    (copy_state("#!/bin/sh\n", "#!/bin/sh\n", mode="0644"), ["/etc/hooks/a.sh: mode 0644 (not 0755)"]),
+    (copy_state("#!/bin/sh\n", "#!/bin/sh\n", mode="0644"),
+     ["/etc/hooks/a.sh: mode 0644 (not 0755)"]),
 ], ids=["edited", "source-gone", "mode"])
 def test_a_copy_that_differs_from_its_source_or_its_mode_is_drift(state, drift):
     assert managed_drift(state, COPY) == drift
