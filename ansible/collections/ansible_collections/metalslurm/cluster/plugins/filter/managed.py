@@ -30,7 +30,7 @@ def _same_owner(seen: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
 
 def _source_sha1(paths: Mapping[str, Any], want: Mapping[str, Any]) -> str | None:
     """The SHA-1 a copy must have: its source's on the node (None where that is not a file)."""
-    source = paths.get(want.get("src"))
+    source = paths.get(str(want.get("src") or ""))
     if not isinstance(source, Mapping) or source.get("type") != "file":
         return None
     return source.get("sha1")
