@@ -212,6 +212,30 @@ def test_slurm_headers_that_do_not_match_the_installed_slurm_are_refused(debian1
     assert plugin_sums(debian13) == before
 
 
+# ---- a converged node reads once; what was changed by hand is repaired ------------------
+
+def test_what_was_changed_by_hand_is_repaired_and_nothing_else_runs(debian13, image):
+    """A converged node costs the role one read (tasks/probe.yml) and skips its install and
+    configure tasks; each change below sends the run through them on that node only."""
+    dropin = "/etc/enroot/enroot.conf.d/metalslurm.conf"
+    hook = "/etc/enroot/hooks.d/50-slurm-pmi.sh"
+    debian13.on("gpu-001", f"rm {dropin} && chmod 0644 {hook}")
+    debian13.on("gpu-002", f"rm {PLUGIN}")  # its build record stays: the plugin is what counts
+    result = configure(debian13)
+    assert result.ok, result.failures
+    assert [t for h, t in result.changed_tasks if h == "gpu-001"] == [
+        "Write Enroot's settings (a drop-in; the package's enroot.conf stays as shipped)",
+        "Enable Enroot's Slurm hooks (PMI, and PyTorch's MASTER_ADDR, RANK and WORLD_SIZE)"]
+    assert ("gpu-002", "Compile spank_pyxis.so against the installed Slurm headers") \
+        in result.changed_tasks
+    assert {h for h, _t in result.changed_tasks} == {"gpu-001", "gpu-002"}
+    assert debian13.on("gpu-001", f"stat -c %a {hook}").stdout.strip() == "755"
+    again = configure(debian13)
+    assert again.ok and again.changed_tasks == [], again.changed_tasks
+    assert srun(debian13, f"-w gpu-002 --container-image={image} cat /etc/metalslurm-e2e-image") \
+        == [MARKER]
+
+
 # ---- a Slurm package upgrade rebuilds Pyxis on that node, and nothing else does ---------
 
 def _slurm_packages(cluster: LocalStack, node: str) -> list[str]:

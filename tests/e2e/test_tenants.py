@@ -103,6 +103,34 @@ def test_links_and_fifos_planted_in_homes_are_refused_and_their_targets_unchange
     assert ssh(cluster, "bob", LOGIN_ADDRESS, "true").returncode == 0
 
 
+def test_a_link_planted_where_enroots_directories_go_is_refused_and_its_target_unchanged(
+        cluster):
+    """Enroot's storage on a local scratch every user can write (an NVMe mounted 1777, as
+    many sites have it): alice makes Enroot's data directory a link to a root-only directory
+    before the run. Before the fix the run followed it and made the target root's and 1777,
+    open to every user."""
+    scratch, target = "/var/tmp/tenant-scratch", "/var/lib/tenant-target-enroot-data"
+    cluster.on("gpu-001", f"rm -rf {scratch} {target} && install -d -m 1777 {scratch} && "
+                          f"install -d -m 0700 {target} && echo root-only > {target}/secret")
+    before = snapshot(cluster, "gpu-001", target)
+    as_user(cluster, "gpu-001", "alice", f"ln -s {target} {scratch}/data")
+    try:
+        result = run_playbook(cluster.inventory, limit="gpu-001", tags="configure",
+                              extra_vars={"enroot_pyxis_storage_dir": scratch},
+                              out=lambda _line: None)
+        assert not result.ok
+        assert any(f"gpu-001: {scratch}/data: a link, not a directory: refused, nothing "
+                   "changed." in " ".join(f.split()) for f in result.failures), result.failures
+        assert snapshot(cluster, "gpu-001", target) == before
+        assert cluster.on("gpu-001", f"readlink {scratch}/data").stdout.strip() == target
+    finally:
+        cluster.on("gpu-001", f"rm -rf {scratch} {target}")
+    # The stack's own storage directory again: the next run changes nothing.
+    again = run_playbook(cluster.inventory, limit="gpu-001", tags="configure",
+                         out=lambda _line: None)
+    assert (again.ok, again.changed_tasks) == (True, []), (again.failures, again.changed_tasks)
+
+
 # ---- users reach the login node and their jobs' nodes, never the service hosts ---------
 
 @pytest.mark.parametrize("user", ["alice", "bob"])

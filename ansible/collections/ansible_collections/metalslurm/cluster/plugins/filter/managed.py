@@ -82,7 +82,7 @@ def managed_drift(state: Any, wanted: Mapping[str, Any], installed: Any = None) 
                     str(want.get("content", "")).encode()).hexdigest():
                 drift.append(f"{want['path']}: content differs")
             elif kind == "copy" and seen.get("sha1") != _source_sha1(paths, want):
-                drift.append(f"{want['path']}: differs from {want['src']}")
+                drift.append(f"{want['path']}: differs from {want.get('src')}")
             elif kind == "link" and seen.get("target") != want.get("src"):
                 drift.append(f"{want['path']}: points to {seen.get('target')}, "
                              f"not {want.get('src')}")

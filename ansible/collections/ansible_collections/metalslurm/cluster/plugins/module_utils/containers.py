@@ -159,13 +159,17 @@ def install_drift(probe: Mapping[str, str], sources: list[Mapping[str, Any]],
     """What the install phase of the enroot_pyxis role would change on a node, one sentence
     each (empty: it would change nothing, and is skipped). ``probe`` is the node's one read
     (tasks/probe.yml: ``artifact:<file>`` sha256 of its copies, ``slurm_client``,
-    ``libslurm_dev``, ``headers`` release, ``slurm_release``, ``pyxis_record``), ``local``
+    ``libslurm_dev``, ``headers`` release, ``slurm_release``, ``pyxis_record`` (empty where
+    the plugin is missing), ``artifact_dir`` (its type, owner and mode)), ``local``
     the stat results of the artifacts kept on the Ansible machine, ``installed`` the package
-    facts. The same tests as the install tasks' conditions: an artifact copy that differs,
+    facts. The same tests as the install tasks' conditions: the artifact directory not
+    root's 0755, an artifact copy that differs,
     Enroot's packages not at the artifacts' version, the build tools or libslurm-dev of the
     installed Slurm's version missing, a Pyxis built from anything else than the node's Slurm
     and the source it has."""
     drift = []
+    if probe.get("artifact_dir") != "directory root:root 755":
+        drift.append(f"the artifact directory: {probe.get('artifact_dir') or 'missing'}")
     checksums = {r["item"]["file"]: (r.get("stat") or {}).get("checksum") for r in local}
     for source in sources:
         have = probe.get(f"artifact:{source['file']}", "")

@@ -113,7 +113,7 @@ def converged_probe() -> dict[str, str]:
             "artifact:enroot+caps_4.1.2-1_amd64.deb": "b" * 64,
             "artifact:pyxis-0.24.0.tar.gz": "c" * 64,
             "slurm_client": "24.11.5-4", "slurm_release": "24.11.5", "libslurm_dev": "24.11.5-4",
-            "headers": "24.11.5",
+            "headers": "24.11.5", "artifact_dir": "directory root:root 755",
             "pyxis_record": f"pyxis 0.24.0 sha256 {'c' * 64} slurm 24.11.5 libslurm-dev 24.11.5-4"}
 
 
@@ -137,8 +137,11 @@ def test_a_converged_node_has_nothing_to_install():
     ({"headers": "24.11.4"}, "Pyxis was not built from this node's Slurm and Pyxis source"),
     ({"pyxis_record": ""}, "Pyxis was not built from this node's Slurm and Pyxis source"),
     ({"slurm_client": ""}, "Pyxis was not built from this node's Slurm and Pyxis source"),
+    ({"artifact_dir": "directory alice:alice 777"},
+     "the artifact directory: directory alice:alice 777"),
+    ({"artifact_dir": ""}, "the artifact directory: missing"),
 ], ids=["artifact", "unpinned-local", "remote-missing", "libslurm-dev", "headers", "record",
-        "no-slurm"])
+        "no-slurm", "artifact-dir-owner", "artifact-dir-missing"])
 def test_each_difference_the_install_tasks_would_repair_is_named(change, expected):
     assert expected in drift({**converged_probe(), **change})
 
