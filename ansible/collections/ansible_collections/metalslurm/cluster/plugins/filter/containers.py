@@ -19,6 +19,7 @@ class FilterModule:
             "artifact_problems": containers.artifact_problems,
             "local_artifact_problems": containers.local_artifact_problems,
             "enroot_pyxis_install_drift": containers.install_drift,
+            "pyxis_build_record": containers.pyxis_build_record,
             "credentials_problems": containers.credentials_problems,
             "netrc_block": containers_errors(containers.netrc_block),
             "plugstack_line": containers_errors(containers.plugstack_line),

@@ -153,6 +153,12 @@ def local_artifact_problems(results: list[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def pyxis_build_record(version: str, source_sha256: str, headers: str, libslurm_dev: str) -> str:
+    """What an installed Pyxis was built from (its build record, one line): a node whose
+    record differs rebuilds it."""
+    return f"pyxis {version} sha256 {source_sha256} slurm {headers} libslurm-dev {libslurm_dev}"
+
+
 def install_drift(probe: Mapping[str, str], sources: list[Mapping[str, Any]],
                   local: list[Mapping[str, Any]], installed: Mapping[str, Any],
                   build_packages: list[str], pyxis_version: str) -> list[str]:
@@ -160,13 +166,12 @@ def install_drift(probe: Mapping[str, str], sources: list[Mapping[str, Any]],
     each (empty: it would change nothing, and is skipped). ``probe`` is the node's one read
     (tasks/probe.yml: ``artifact:<file>`` sha256 of its copies, ``slurm_client``,
     ``libslurm_dev``, ``headers`` release, ``slurm_release``, ``pyxis_record`` (empty where
-    the plugin is missing), ``artifact_dir`` (its type, owner and mode)), ``local``
-    the stat results of the artifacts kept on the Ansible machine, ``installed`` the package
-    facts. The same tests as the install tasks' conditions: the artifact directory not
-    root's 0755, an artifact copy that differs,
-    Enroot's packages not at the artifacts' version, the build tools or libslurm-dev of the
-    installed Slurm's version missing, a Pyxis built from anything else than the node's Slurm
-    and the source it has."""
+    the plugin is missing), ``artifact_dir`` (its type, owner and mode)), ``local`` the stat
+    results of the artifacts kept on the Ansible machine, ``installed`` the package facts.
+    The same tests as the install tasks' conditions: the artifact directory not root's 0755,
+    an artifact copy that differs, Enroot's packages not at the artifacts' version, the build
+    tools or libslurm-dev of the installed Slurm's version missing, a Pyxis built from
+    anything else than the node's Slurm and the source it has."""
     drift = []
     if probe.get("artifact_dir") != "directory root:root 755":
         drift.append(f"the artifact directory: {probe.get('artifact_dir') or 'missing'}")
@@ -190,8 +195,8 @@ def install_drift(probe: Mapping[str, str], sources: list[Mapping[str, Any]],
         drift.append(f"libslurm-dev {probe.get('libslurm_dev') or '(not installed)'}, "
                      f"not the installed Slurm's {slurm}")
     pyxis = next((s["file"] for s in sources if s["name"] == "pyxis"), "")
-    record = (f"pyxis {pyxis_version} sha256 {probe.get(f'artifact:{pyxis}', '')} "
-              f"slurm {probe.get('headers', '')} libslurm-dev {probe.get('libslurm_dev', '')}")
+    record = pyxis_build_record(pyxis_version, probe.get(f"artifact:{pyxis}", ""),
+                                probe.get("headers", ""), probe.get("libslurm_dev", ""))
     if not slurm or probe.get("headers", "") != probe.get("slurm_release", "") \
             or probe.get("pyxis_record", "") != record:
         drift.append("Pyxis was not built from this node's Slurm and Pyxis source")
