@@ -1,6 +1,6 @@
 #!/usr/bin/python
 """Ansible module: the state of the files, directories, links and services a role manages,
-read in one call (read only).
+and the node's users and groups, read in one call (read only).
 
 A role's converged run is mostly tasks that each ask the node about one file and find it
 as wanted: a copy or template costs a round trip even when it changes nothing. With this
@@ -44,6 +44,14 @@ options:
     type: list
     elements: str
     default: []
+  databases:
+    description:
+      - getent databases to read whole (as M(ansible.builtin.getent) does, one call for all),
+        returned as the facts C(getent_<database>).
+    type: list
+    elements: str
+    choices: [passwd, group, shadow]
+    default: []
 """
 
 RETURN = r"""
@@ -57,6 +65,11 @@ contents:
 units:
   description: "unit -> {active (ActiveState), enabled (UnitFileState: enabled, disabled,
     masked...)}"
+  type: dict
+ansible_facts:
+  description: "getent_<database> for each of databases: name -> the entry's other fields
+    (strings), as ansible.builtin.getent sets them; a name listed twice keeps its first entry
+    (the one NSS resolves)"
   type: dict
 """
 
@@ -108,6 +121,20 @@ def unit_states(units: list[str], run: Any = subprocess.run) -> dict[str, dict[s
             for unit, block in zip(units, blocks, strict=True)}
 
 
+def getent_table(database: str, run: Any = subprocess.run) -> dict[str, list[str]]:
+    """``getent DATABASE`` as name -> the entry's other fields; an error is a failure (a node
+    whose accounts cannot be read must not be taken for one without them)."""
+    proc = run(["getent", "--", database], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise OSError(f"getent {database} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    table: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        name, _, rest = line.partition(":")
+        if name and name not in table:
+            table[name] = rest.split(":")
+    return table
+
+
 def read_text(path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
@@ -122,14 +149,22 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={"paths": {"type": "list", "elements": "str", "default": []},
                        "read": {"type": "list", "elements": "str", "default": []},
-                       "units": {"type": "list", "elements": "str", "default": []}},
+                       "units": {"type": "list", "elements": "str", "default": []},
+                       "databases": {"type": "list", "elements": "str", "default": [],
+                                     "choices": ["passwd", "group", "shadow"]}},
         supports_check_mode=True)
     contents = {}
     for path in module.params["read"]:
         text = read_text(path)
         if text is not None:
             contents[path] = text
-    module.exit_json(changed=False,
+    facts = {}
+    for database in module.params["databases"]:
+        try:
+            facts[f"getent_{database}"] = getent_table(database)
+        except OSError as err:
+            module.fail_json(msg=str(err))
+    module.exit_json(changed=False, ansible_facts=facts,
                      paths={p: path_state(p) for p in module.params["paths"]},
                      contents=contents,
                      units=unit_states(module.params["units"]))

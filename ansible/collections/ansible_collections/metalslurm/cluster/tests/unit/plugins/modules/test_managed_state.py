@@ -8,6 +8,7 @@ import os
 import pwd
 import subprocess
 
+import pytest
 from ansible_collections.metalslurm.cluster.plugins.modules import managed_state
 
 
@@ -53,3 +54,33 @@ def test_a_failing_systemctl_leaves_every_unit_unknown():
         "a": {"active": "unknown", "enabled": "unknown"},
         "b": {"active": "unknown", "enabled": "unknown"}}
     assert managed_state.unit_states([]) == {}
+
+
+def fake_getent(stdout: str, returncode: int = 0, stderr: str = ""):
+    def run(argv, **_kwargs):
+        assert argv[:2] == ["getent", "--"]
+        return subprocess.CompletedProcess(argv, returncode, stdout, stderr)
+    return run
+
+
+def test_a_getent_database_is_read_as_the_getent_module_sets_it_first_entry_kept():
+    out = ("root:x:0:0:root:/root:/bin/bash\n"
+           "alice:x:2001:2001::/home/alice:/bin/bash\n"
+           "alice:x:9999:9999:from LDAP:/ldap/alice:/bin/sh\n"  # NSS resolves the first
+           "slurm:x:64030:64030:Slurm workload manager:/nonexistent:/usr/sbin/nologin\n")
+    assert managed_state.getent_table("passwd", run=fake_getent(out)) == {
+        "root": ["x", "0", "0", "root", "/root", "/bin/bash"],
+        "alice": ["x", "2001", "2001", "", "/home/alice", "/bin/bash"],
+        "slurm": ["x", "64030", "64030", "Slurm workload manager", "/nonexistent",
+                  "/usr/sbin/nologin"]}
+    assert managed_state.getent_table("group", run=fake_getent("sudo:x:27:alice,bob\n")) == {
+        "sudo": ["x", "27", "alice,bob"]}
+
+
+def test_a_getent_that_fails_is_an_error_not_an_empty_database():
+    with pytest.raises(OSError, match="getent shadow failed \\(exit 2\\): no access"):
+        managed_state.getent_table("shadow", run=fake_getent("", 2, "no access"))
+
+
+def test_the_real_getent_of_this_machine_has_root():
+    assert managed_state.getent_table("passwd")["root"][1] == "0"
