@@ -4,6 +4,11 @@ managed_state module's result) and what a role would write."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -201,3 +206,114 @@ def test_a_copy_that_is_a_link_is_drift():
     state = copy_state("x", "x")
     state["paths"]["/etc/hooks/a.sh"] = {"exists": True, "type": "link", "target": "/tmp/evil"}
     assert managed_drift(state, COPY) == ["/etc/hooks/a.sh: a link, not a file"]
+
+
+HOSTS_BLOCK = {"path": "/etc/hosts", "marker": "# {mark} metalslurm cluster c1",
+               "block": "10.0.0.1\tctl\n10.0.0.2\tgpu-001\n"}
+BLOCK_TEXTS = {
+    "converged": "127.0.0.1\tlocalhost\n# BEGIN metalslurm cluster c1\n10.0.0.1\tctl\n"
+                 "10.0.0.2\tgpu-001\n# END metalslurm cluster c1\n::1\tlocalhost\n",
+    "missing": "127.0.0.1\tlocalhost\n",
+    "edited": "# BEGIN metalslurm cluster c1\n10.0.0.1\tctl\n10.0.0.9\tgpu-001\n"
+              "# END metalslurm cluster c1\n",
+    "a line added": "# BEGIN metalslurm cluster c1\n10.0.0.1\tctl\n10.0.0.2\tgpu-001\n"
+                    "10.6.6.6\tevil\n# END metalslurm cluster c1\n",
+    "no final newline": "# BEGIN metalslurm cluster c1\n10.0.0.1\tctl\n10.0.0.2\tgpu-001\n"
+                        "# END metalslurm cluster c1",
+    "crlf": "# BEGIN metalslurm cluster c1\r\n10.0.0.1\tctl\r\n10.0.0.2\tgpu-001\r\n"
+            "# END metalslurm cluster c1\r\n",
+    "twice": "# BEGIN metalslurm cluster c1\n10.0.0.1\tctl\n10.0.0.2\tgpu-001\n"
+             "# END metalslurm cluster c1\n" * 2,
+    "end before begin": "# END metalslurm cluster c1\n10.0.0.1\tctl\n10.0.0.2\tgpu-001\n"
+                        "# BEGIN metalslurm cluster c1\n",
+    "another cluster's": "# BEGIN metalslurm cluster c2\n10.0.0.1\tctl\n"
+                         "# END metalslurm cluster c2\n",
+}
+
+
+def block_state(text: str | None) -> dict:
+    return {"paths": {}, "contents": {} if text is None else {"/etc/hosts": text}}
+
+
+def test_a_managed_block_is_drift_exactly_where_blockinfile_would_change_the_file(tmp_path):
+    """Each text against Ansible's own blockinfile (check mode, on this machine): the filter
+    finds a difference exactly where the module reports a change."""
+    tasks = []
+    for i, text in enumerate(BLOCK_TEXTS.values()):
+        (tmp_path / f"hosts{i}").write_bytes(text.encode())
+        tasks.append({"ansible.builtin.blockinfile": {
+            "path": str(tmp_path / f"hosts{i}"), "marker": HOSTS_BLOCK["marker"],
+            "block": HOSTS_BLOCK["block"]}, "register": f"r{i}"})
+    tasks.append({"ansible.builtin.copy": {"dest": str(tmp_path / "changed.json"), "content":
+                  "{{ [" + ", ".join(f"r{i}.changed" for i in range(len(BLOCK_TEXTS)))
+                  + "] | to_json }}"}})
+    playbook, config = tmp_path / "play.yml", tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\n")  # Ansible's own defaults, not the project's
+    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False,
+                                     "tasks": tasks}]))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                           "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+                          cwd=tmp_path, env={**os.environ, "ANSIBLE_CONFIG": str(config)},
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    changed = dict(zip(BLOCK_TEXTS, json.loads((tmp_path / "changed.json").read_text()),
+                       strict=True))
+    drift = {name: managed_drift(block_state(text), {"blocks": [HOSTS_BLOCK]}) != []
+             for name, text in BLOCK_TEXTS.items()}
+    assert drift == changed
+    assert changed == {"converged": False, "missing": True, "edited": True,
+                       "a line added": True, "no final newline": True, "crlf": True,
+                       "twice": False, "end before begin": True, "another cluster's": True}
+
+
+def test_a_block_names_what_differs_and_an_unread_file_is_drift():
+    wanted = {"blocks": [HOSTS_BLOCK]}
+    assert managed_drift(block_state(BLOCK_TEXTS["edited"]), wanted) == [
+        "/etc/hosts: the managed block differs"]
+    assert managed_drift(block_state(BLOCK_TEXTS["missing"]), wanted) == [
+        "/etc/hosts: no block between '# BEGIN metalslurm cluster c1' and "
+        "'# END metalslurm cluster c1'"]
+    assert managed_drift(block_state(None), wanted) == ["/etc/hosts: not read"]
+    assert FILTERS["managed_reads"](wanted) == ["/etc/hosts"]
+    assert managed_paths(wanted) == []
+
+
+def test_an_entry_for_a_directory_the_node_may_lack_is_wanted_only_where_it_exists():
+    wanted = {"files": [{"path": "/etc/cloud/cloud.cfg.d/99-x.cfg", "content": "a: 1\n",
+                         "if_exists": "/etc/cloud/cloud.cfg.d"}]}
+    assert managed_paths(wanted) == ["/etc/cloud/cloud.cfg.d/99-x.cfg", "/etc/cloud/cloud.cfg.d"]
+    no_cloud_init = {"paths": {"/etc/cloud/cloud.cfg.d": {"exists": False},
+                               "/etc/cloud/cloud.cfg.d/99-x.cfg": {"exists": False}}}
+    assert managed_drift(no_cloud_init, wanted) == []
+    with_cloud_init = {"paths": {"/etc/cloud/cloud.cfg.d": {"exists": True, "type": "directory"},
+                                 "/etc/cloud/cloud.cfg.d/99-x.cfg": {"exists": False}}}
+    assert managed_drift(with_cloud_init, wanted) == ["/etc/cloud/cloud.cfg.d/99-x.cfg: missing"]
+    assert managed_drift({"paths": {}}, wanted) == ["/etc/cloud/cloud.cfg.d: not read"]
+
+
+class ContentUnread(dict):
+    """A wanted entry whose content must not be read (Ansible renders a variable's value
+    when it is read: listing the paths must not render the files)."""
+
+    def __getitem__(self, key):
+        assert key != "content", "the content was rendered"
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        assert key != "content", "the content was rendered"
+        return super().get(key, default)
+
+    def items(self):
+        raise AssertionError("every value was read")
+
+    def keys(self):
+        raise AssertionError("every value was read")
+
+
+def test_listing_the_paths_reads_no_content():
+    wanted = {"files": [ContentUnread(path="/etc/a", content="x", if_exists="/etc")],
+              "copies": [ContentUnread(path="/etc/b", src="/usr/b")],
+              "blocks": [ContentUnread(path="/etc/hosts", block="x")]}
+    assert managed_paths(wanted) == ["/etc/a", "/etc", "/etc/b", "/usr/b"]
+    assert FILTERS["managed_reads"](wanted) == ["/etc/hosts"]
