@@ -69,7 +69,7 @@ units:
 ansible_facts:
   description: "getent_<database> for each of databases: name -> the entry's other fields
     (strings), as ansible.builtin.getent sets them; a name listed twice keeps its first entry
-    (the one NSS resolves)"
+    (the one NSS resolves); shadow's password field is empty (hashes are never returned)"
   type: dict
 """
 
@@ -123,15 +123,22 @@ def unit_states(units: list[str], run: Any = subprocess.run) -> dict[str, dict[s
 
 def getent_table(database: str, run: Any = subprocess.run) -> dict[str, list[str]]:
     """``getent DATABASE`` as name -> the entry's other fields; an error is a failure (a node
-    whose accounts cannot be read must not be taken for one without them)."""
-    proc = run(["getent", "--", database], capture_output=True, text=True, check=False)
+    whose accounts cannot be read must not be taken for one without them). Bytes that are
+    not UTF-8 (a Latin-1 comment) are replaced, not fatal; shadow's password hashes are left
+    out (returned empty: the result is no place for them)."""
+    proc = run(["getent", "--", database], capture_output=True, check=False)
+    out = bytes(proc.stdout or b"").decode("utf-8", "replace")
+    err = bytes(proc.stderr or b"").decode("utf-8", "replace")
     if proc.returncode != 0:
-        raise OSError(f"getent {database} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        raise OSError(f"getent {database} failed (exit {proc.returncode}): {err.strip()}")
     table: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
+    for line in out.splitlines():
         name, _, rest = line.partition(":")
         if name and name not in table:
-            table[name] = rest.split(":")
+            fields = rest.split(":")
+            if database == "shadow" and fields:
+                fields[0] = ""
+            table[name] = fields
     return table
 
 

@@ -56,7 +56,7 @@ def test_a_failing_systemctl_leaves_every_unit_unknown():
     assert managed_state.unit_states([]) == {}
 
 
-def fake_getent(stdout: str, returncode: int = 0, stderr: str = ""):
+def fake_getent(stdout: bytes, returncode: int = 0, stderr: bytes = b""):
     def run(argv, **_kwargs):
         assert argv[:2] == ["getent", "--"]
         return subprocess.CompletedProcess(argv, returncode, stdout, stderr)
@@ -68,18 +68,27 @@ def test_a_getent_database_is_read_as_the_getent_module_sets_it_first_entry_kept
            "alice:x:2001:2001::/home/alice:/bin/bash\n"
            "alice:x:9999:9999:from LDAP:/ldap/alice:/bin/sh\n"  # NSS resolves the first
            "slurm:x:64030:64030:Slurm workload manager:/nonexistent:/usr/sbin/nologin\n")
-    assert managed_state.getent_table("passwd", run=fake_getent(out)) == {
+    assert managed_state.getent_table("passwd", run=fake_getent(out.encode())) == {
         "root": ["x", "0", "0", "root", "/root", "/bin/bash"],
         "alice": ["x", "2001", "2001", "", "/home/alice", "/bin/bash"],
         "slurm": ["x", "64030", "64030", "Slurm workload manager", "/nonexistent",
                   "/usr/sbin/nologin"]}
-    assert managed_state.getent_table("group", run=fake_getent("sudo:x:27:alice,bob\n")) == {
+    assert managed_state.getent_table("group", run=fake_getent(b"sudo:x:27:alice,bob\n")) == {
         "sudo": ["x", "27", "alice,bob"]}
 
 
 def test_a_getent_that_fails_is_an_error_not_an_empty_database():
     with pytest.raises(OSError, match="getent shadow failed \\(exit 2\\): no access"):
-        managed_state.getent_table("shadow", run=fake_getent("", 2, "no access"))
+        managed_state.getent_table("shadow", run=fake_getent(b"", 2, b"no access"))
+
+
+def test_a_latin_1_comment_is_read_and_shadows_hashes_are_left_out():
+    passwd = b"eve:x:2005:2005:Ren\xe9e:/home/eve:/bin/bash\n"
+    assert managed_state.getent_table("passwd", run=fake_getent(passwd))["eve"][3] == "Ren\ufffde"
+    shadow = b"alice:$y$j9T$salt$hash:20000:0:99999:7:::\nbob:!:20000:0:99999:7::1:\n"
+    assert managed_state.getent_table("shadow", run=fake_getent(shadow)) == {
+        "alice": ["", "20000", "0", "99999", "7", "", "", ""],
+        "bob": ["", "20000", "0", "99999", "7", "", "1", ""]}
 
 
 def test_the_real_getent_of_this_machine_has_root():
