@@ -131,6 +131,23 @@ def e2e_stack(file_name: str) -> Path:
 # with their libraries), with no device nodes under /dev (as 'enroot import' makes
 # images), a marker file, and PYTORCH_VERSION in its environment (which turns Enroot's
 # PyTorch hook on); squashed onto shared storage by a compute node.
+# Write tasks of the roles that read a converged node once (managed_state) and include
+# their writes only where something differs: a converged run reaches none of them.
+FAST_PATH_WRITES = (
+    # common
+    "Make every cluster node resolvable by name",
+    "List the cluster's shared paths for jobs",
+    "Create the cluster users with the same UID on every node",
+    "Record the users metalslurm made here (a user left out later is locked)",
+    # host_firewall
+    "Install the program that opens the cluster's traffic in the host's firewall",
+    "Enable the openings' unit",
+    # enroot_pyxis
+    "Write Enroot's settings (a drop-in; the package's enroot.conf stays as shipped)",
+    "Compile spank_pyxis.so against the installed Slurm headers",
+    # monitoring
+    "Write Prometheus' configuration",
+)
 IMAGE = "/shared/images/e2e.sqsh"
 MARKER = "metalslurm e2e image"
 BUILD_IMAGE = r"""set -e

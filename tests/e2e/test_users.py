@@ -112,6 +112,39 @@ def test_a_user_with_a_job_is_adopted_into_it_and_the_shell_ends_with_the_job(cl
     assert ssh(cluster, "alice", "true", address=GPU_002).returncode == 255
 
 
+HOSTS_LINE = "10.78.13.12\tgpu-002"
+
+
+def test_accounts_and_files_changed_by_hand_are_repaired_and_nothing_else_runs(cluster):
+    """A converged node costs the common and host_firewall roles one read each; each change
+    below sends the run through the tasks that repair it, on that node only. (That a
+    converged run reaches none of them: test_local_cluster's going-back test.)"""
+    cluster.on("gpu-001", "usermod -s /bin/sh alice")
+    cluster.on("gpu-002", "gpasswd -d alice ml >/dev/null && chmod 0700 "
+                          "/usr/local/sbin/metalslurm-firewall")
+    # podman bind-mounts /etc/hosts: written in place, not replaced
+    cluster.on("login-001", f"sed 's/^{HOSTS_LINE}$/10.78.13.99\tgpu-002/' /etc/hosts > "
+                            "/tmp/hosts && cat /tmp/hosts > /etc/hosts && rm /tmp/hosts && "
+                            "chmod 0600 /etc/metalslurm-shared-paths")
+    cluster.ctl("systemctl disable -q metalslurm-firewall")
+    result = run_playbook(cluster.inventory, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert sorted(result.changed_tasks) == [
+        ("ctl", "Enable the openings' unit"),
+        ("gpu-001", "Create the cluster users with the same UID on every node"),
+        ("gpu-002", "Create the cluster users with the same UID on every node"),
+        ("gpu-002", "Install the program that opens the cluster's traffic in the host's firewall"),
+        ("login-001", "List the cluster's shared paths for jobs"),
+        ("login-001", "Make every cluster node resolvable by name")]
+    assert cluster.on("gpu-001", "getent passwd alice | cut -d: -f7").stdout.strip() == "/bin/bash"
+    assert cluster.on("gpu-002", "id -Gn alice; stat -c %a "
+                                 "/usr/local/sbin/metalslurm-firewall").stdout.split() == [
+        "alice", "ml", "755"]
+    assert HOSTS_LINE in cluster.login("cat /etc/hosts").stdout.splitlines()
+    assert cluster.login("stat -c %a /etc/metalslurm-shared-paths").stdout.strip() == "644"
+    assert cluster.ctl("systemctl is-enabled metalslurm-firewall").stdout.strip() == "enabled"
+
+
 def test_a_removed_user_is_locked_out_keeps_the_home_and_others_keep_their_own_lines(cluster):
     cluster.ctl(f"echo '{OWN_LINE}' >> /home/alice/.ssh/authorized_keys")
     assert ssh(cluster, "bob", "true").returncode == 0
