@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # 'make test' (all) and 'make e2e' (e2e): the test runs, arranged for a 2-core machine.
 #
-# The Debian 13 modules share one cluster and are the longest path: they start first. Their
-# cluster's bring-up (a cold configure of seven nodes) keeps both cores busy; the rest of that
-# path mostly waits on Slurm, its timers and the alerts. So the other runs start once that
-# bring-up has ended (tests/e2e/conftest.py writes the marker, whether it went up or not) and
-# run beside the Debian 13 tests, one after the other: lint beside the unit tests ('all'
-# only), then the Debian 12 module (its own cluster: nothing is shared, not names, networks
-# or state directories). The Debian 13 run prints as it goes; the others' logs follow it.
+# The Debian 13 modules are the longest path, and most of their time is waiting (on Slurm's
+# timers, jobs, reboots, alerts): they run in two lanes at once, each on its own cluster made
+# from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
+# cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
+# both cores busy. Once it has ended (tests/e2e/conftest.py writes the marker, whether it
+# went up or not) lane b brings up its own cluster from the images lane a built, and the
+# other runs start beside them, one after the other: lint beside the unit tests ('all'
+# only), then the Debian 12 module (its own cluster, on the cold path). LANE_B names lane
+# b's modules: about half of the Debian 13 modules' time (the per-module figures the runs
+# print, with the CPU-seconds they keep the machine busy); a module that names lane a's
+# addresses stays in lane a. Lane a prints as it goes; the others' logs follow it.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -18,21 +22,39 @@ case "$what" in
 esac
 BIN=${BIN:-.venv/bin}
 logs=.metalslurm
-marker=$logs/e2e-debian13-up
+marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
+LANE_B=(tests/e2e/test_accounting.py tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py
+        tests/e2e/test_health.py tests/e2e/test_training.py)
 mkdir -p "$logs"
-rm -f "$marker" "$logs"/schedule-*.rc
+rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt
 
-"$BIN"/pytest tests/e2e --ignore="$debian12" --durations=20 &
+ignore_lane_b=()
+for module in "${LANE_B[@]}"; do ignore_lane_b+=(--ignore="$module"); done
+METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e --ignore="$debian12" "${ignore_lane_b[@]}" \
+    --durations=20 &
 debian13=$!
 
-beside() {
+wait_for_lane_a() {
     local waited=0
     while [ ! -e "$marker" ] && kill -0 "$debian13" 2>/dev/null; do
         sleep 5
         waited=$((waited + 5))
     done
-    echo "started ${waited} s after the Debian 13 run" > "$logs/schedule-beside.txt"
+    echo "started ${waited} s after lane a" > "$logs/schedule-$1.txt"
+}
+
+lane_b() {
+    wait_for_lane_a lane-b
+    METALSLURM_E2E_LANE=b "$BIN"/pytest "${LANE_B[@]}" -p no:cacheprovider --durations=20 \
+        > "$logs/schedule-debian13-b.log" 2>&1
+    echo $? > "$logs/schedule-debian13-b.rc"
+}
+lane_b &
+other_lane=$!
+
+beside() {
+    wait_for_lane_a beside
     if [ "$what" = all ]; then
         make --no-print-directory -j2 --output-sync=target lint unit \
             > "$logs/schedule-lint-unit.log" 2>&1
@@ -47,9 +69,10 @@ others=$!
 
 wait "$debian13"
 rc=$?
-wait "$others"
-echo "== run beside the Debian 13 modules: $(cat "$logs/schedule-beside.txt" 2>/dev/null) =="
-for run in lint-unit debian12; do
+wait "$other_lane" "$others"
+echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); the runs beside the" \
+     "Debian 13 lanes $(cat "$logs/schedule-beside.txt" 2>/dev/null) =="
+for run in debian13-b lint-unit debian12; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")
     echo "== $run (exit $sub) =="

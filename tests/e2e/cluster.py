@@ -89,12 +89,36 @@ def user_key(name: str) -> Path:
     return key
 
 
-def e2e_stack(file_name: str) -> Path:
+# The Debian 13 modules run in two lanes at once (tests/schedule.sh says which module runs
+# where), each on its own cluster made from the one stack file (Pulumi.e2e-debian13.yaml):
+# lane a is that file's cluster; lane b the same cluster under another name, on another
+# network, with its own state directory. They share the prepared images (names and
+# addresses are not in their hash). A module that names lane a's addresses runs in lane a.
+DEBIAN13_STACK = "Pulumi.e2e-debian13.yaml"
+DEBIAN13_LANES = {"a": {}, "b": {"file": "Pulumi.e2e-debian13b.yaml",
+                                 "metalslurm:clusterName": "ms-e2e13b",
+                                 "metalslurm:privateCidr": "10.78.14.0/24"}}
+
+
+def debian13_lane() -> str:
+    """The lane this pytest run's Debian 13 modules use (METALSLURM_E2E_LANE, a or b)."""
+    lane = os.environ.get("METALSLURM_E2E_LANE", "a")
+    if lane not in DEBIAN13_LANES:
+        raise SystemExit(f"METALSLURM_E2E_LANE={lane!r}: use one of "
+                         f"{', '.join(sorted(DEBIAN13_LANES))}")
+    return lane
+
+
+def e2e_stack(file_name: str, lane: str = "a") -> Path:
     """The e2e stack file as run here: its containers mirror pointed at the mirror this
     machine has (containers off where it has none; their tests then skip, saying why),
-    and registry credentials from a 0600 file. Written under .metalslurm/e2e-stacks."""
+    and registry credentials from a 0600 file; for the Debian 13 stack's lane b its own
+    name and network (DEBIAN13_LANES). Written under .metalslurm/e2e-stacks."""
     doc = yaml.safe_load((STACKS / file_name).read_text())
     config = doc["config"]
+    lane_settings = dict(DEBIAN13_LANES[lane]) if file_name == DEBIAN13_STACK else {}
+    out_name = lane_settings.pop("file", file_name)
+    config.update(lane_settings)
     out_dir = REPO / ".metalslurm" / "e2e-stacks"
     out_dir.mkdir(parents=True, exist_ok=True)
     containers = config.get("metalslurm:containers")
@@ -121,7 +145,7 @@ def e2e_stack(file_name: str) -> Path:
     discovery = (config.get("metalslurm:topology") or {}).get("discovery") or {}
     if discovery.get("simulator"):
         discovery["simulator"] = str((STACKS / discovery["simulator"]).resolve())
-    out = out_dir / file_name
+    out = out_dir / out_name
     _publish(out, yaml.safe_dump(doc, sort_keys=False))
     return out
 
@@ -269,6 +293,12 @@ class LocalStack:
     def inventory(self) -> Path:
         return self.state / "inventory.yml"
 
+    def address(self, node: str) -> str:
+        """``node``'s private address (the inventory's metalslurm_address): a module that
+        reads it runs in either Debian 13 lane (DEBIAN13_LANES)."""
+        hosts = yaml.safe_load(self.inventory.read_text())["all"]["hosts"]
+        return str(hosts[node]["metalslurm_address"])
+
     def on(self, node: str, command: str, user: str | None = None,
            check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a shell command on a node (as ``user`` from their home directory)."""
@@ -358,12 +388,10 @@ class LocalStack:
                 and (ok is None or e.get("ok") is ok)]
 
 
-# Written once the shared Debian 13 cluster's bring-up has ended (tests/schedule.sh).
-UP_MARKER = REPO / ".metalslurm" / "e2e-debian13-up"
-
-
-def mark_up(seconds: float) -> None:
-    """Tell tests/schedule.sh that the shared cluster's bring-up has ended (up or not): it
-    starts the work it runs beside these modules now."""
-    UP_MARKER.parent.mkdir(parents=True, exist_ok=True)
-    UP_MARKER.write_text(f"{seconds:.1f}\n")
+def mark_up(lane: str, seconds: float) -> None:
+    """Tell tests/schedule.sh that a lane's shared cluster's bring-up has ended (up or not),
+    in .metalslurm/e2e-debian13-<lane>-up: it starts the work it runs beside these modules
+    then."""
+    marker = REPO / ".metalslurm" / f"e2e-debian13-{lane}-up"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{seconds:.1f}\n")

@@ -1,12 +1,15 @@
 """End-to-end tests: real local clusters of podman nodes, configured by the real roles.
 
-Every Debian 13 module shares one cluster (``debian13``), brought up once per session from
-nothing (leftovers of earlier runs removed first) and removed at the end; each module
+The Debian 13 modules of a pytest run share one cluster (``debian13``: the lane's,
+METALSLURM_E2E_LANE; tests/schedule.sh runs two lanes at once), brought up once per session
+from nothing (leftovers of earlier runs removed first) and removed at the end; each module
 leaves it as it found it: jobs finished, elastic nodes powered down, the stack config's
-settings in place. The Debian 12 module brings up its own small cluster. This file holds
-the fixtures and hooks only: what the modules share is in tests/e2e/cluster.py (evidence of
-a failure in tests/e2e/evidence.py); no test module imports another, nor this file. Each
-module's wall time is printed at the end of the run.
+settings in place, so modules run in any order, and in either lane unless they name lane
+a's addresses. The Debian 12 module brings up its own small cluster. This file holds the
+fixtures and hooks only: what the modules share is in tests/e2e/cluster.py (evidence of a
+failure in tests/e2e/evidence.py); no test module imports another, nor this file. Each
+module's wall time, and the CPU-seconds the machine was busy meanwhile, are printed at the
+end of the run.
 """
 
 from __future__ import annotations
@@ -20,13 +23,27 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.e2e.cluster import LocalStack, cluster_containers, e2e_stack, mark_up, metalslurm
+from infra.ops.local import stack_name
+from tests.e2e.cluster import (
+    DEBIAN13_STACK,
+    LocalStack,
+    cluster_containers,
+    debian13_lane,
+    e2e_stack,
+    mark_up,
+    metalslurm,
+)
 from tests.e2e.evidence import remove_finished_runs, save_evidence
 
 # Seconds per module (setup + tests + teardown), and of the shared work counted in the
 # module that used it first: the terminal summary prints them.
 _MODULE_SECONDS: dict[str, float] = defaultdict(float)
+# CPU-seconds the whole machine spent busy while each module ran (its tests' setup, call and
+# teardown): with the wall time it says how much of a module is waiting (on Slurm's timers,
+# jobs, alerts) and how much is work, which is what the schedule of the runs rests on.
+_MODULE_BUSY: dict[str, float] = defaultdict(float)
 _SHARED: dict[str, float] = {}
 # Where the failed tests' evidence went.
 _EVIDENCE_DIRS: list[Path] = []
@@ -52,6 +69,21 @@ def pytest_runtest_makereport(item, call):
             sys.stderr.write(f"could not save the evidence of {item.nodeid}: {exc}\n")
 
 
+def _machine_busy_seconds() -> float:
+    """CPU-seconds every CPU of this machine has spent busy since it booted (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(f) for f in stat.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _machine_busy_seconds()
+    yield
+    _MODULE_BUSY[item.nodeid.split("::", 1)[0]] += _machine_busy_seconds() - before
+
+
 def pytest_runtest_logreport(report):
     _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
 
@@ -63,9 +95,14 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(str(path))
     if not _MODULE_SECONDS:
         return
-    terminalreporter.section("e2e durations per module (setup + tests + teardown)")
+    terminalreporter.section("e2e durations per module (setup + tests + teardown), and the "
+                             "machine's busy CPU-seconds meanwhile")
+    cores = os.cpu_count() or 1
     for module, seconds in sorted(_MODULE_SECONDS.items()):
-        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+        busy = _MODULE_BUSY.get(module, 0.0)
+        share = busy / (seconds * cores) if seconds else 0.0
+        terminalreporter.write_line(f"{seconds:8.1f} s  {busy:8.1f} CPU-s ({share:4.0%} of "
+                                    f"{cores} cores)  {module}")
     for what, seconds in _SHARED.items():
         terminalreporter.write_line(f"{seconds:8.1f} s  ({what}, counted in the module that "
                                     "used it first)")
@@ -87,15 +124,17 @@ def _needs_root_and_podman():
 
 @pytest.fixture(scope="session")
 def debian13():
-    """The Debian 13 cluster, brought up once from nothing and shared by every module that
-    tests it; removed at the end of the session."""
-    stack = e2e_stack("Pulumi.e2e-debian13.yaml")
-    cluster = LocalStack(stack, "ms-e2e13", "e2e-debian13",
+    """This lane's Debian 13 cluster, brought up once from nothing and shared by every
+    module of the run that tests it; removed at the end of the session."""
+    lane = debian13_lane()
+    stack = e2e_stack(DEBIAN13_STACK, lane)
+    name = yaml.safe_load(stack.read_text())["config"]["metalslurm:clusterName"]
+    cluster = LocalStack(stack, name, stack_name(stack),
                          subprocess.CompletedProcess(["local", "up"], 0, "", ""),
                          elastic=("gpu-003", "gpu-004"), submit_host="login-001")
     if os.environ.get("METALSLURM_E2E_REUSE"):
         # Developer shortcut: test against the cluster a previous 'local up' left running.
-        mark_up(0.0)
+        mark_up(lane, 0.0)
         yield cluster
         return
     start = time.monotonic()
@@ -104,7 +143,7 @@ def debian13():
         assert cluster_containers(cluster.name) == []
         cluster.up = metalslurm("local", "up", "--stack", str(stack))
     finally:
-        mark_up(time.monotonic() - start)
-    _SHARED["Debian 13 cluster brought up"] = time.monotonic() - start
+        mark_up(lane, time.monotonic() - start)
+    _SHARED[f"Debian 13 cluster {name} brought up"] = time.monotonic() - start
     yield cluster
     metalslurm("local", "down", "--stack", str(stack))

@@ -26,7 +26,6 @@ from tests.paths import REPO, load_module
 client = load_module(REPO / "examples/slurm_rest_client.py", "slurm_rest_client_e2e")
 
 # The REST host is the login node (login-001, below the top of the subnet).
-URL = "http://10.78.13.253:6820"
 API = "v0.0.42"  # Slurm 24.11's newest (module_utils/rest.py)
 
 
@@ -36,6 +35,11 @@ def cluster(debian13):
     return debian13
 
 
+def rest_url(cluster) -> str:
+    """slurmrestd on the login node's private address, as this machine reaches it."""
+    return f"http://{cluster.address('login-001')}:6820"
+
+
 def token_for(cluster, user: str, lifespan: int = 600) -> str:
     """A token as root makes one for a user ('scontrol token username=...')."""
     out = cluster.ctl(f"scontrol token username={user} lifespan={lifespan}").stdout.strip()
@@ -43,13 +47,14 @@ def token_for(cluster, user: str, lifespan: int = 600) -> str:
 
 
 def rest_as(cluster, user: str) -> client.SlurmRest:
-    return client.SlurmRest(URL, user, token_for(cluster, user))
+    return client.SlurmRest(rest_url(cluster), user, token_for(cluster, user))
 
 
 def test_slurmrestd_runs_as_its_own_user_on_the_login_nodes_private_address(cluster):
     out = cluster.login("ps -o user:32=,args= -C slurmrestd").stdout.split()
     assert out == ["slurmrestd", "/usr/sbin/slurmrestd", "-a", "rest_auth/jwt",
-                   "-s", "openapi/slurmctld,openapi/slurmdbd", "10.78.13.253:6820"]
+                   "-s", "openapi/slurmctld,openapi/slurmdbd",
+                   f"{cluster.address('login-001')}:6820"]
     # The controller serves none (and holds the key the login node does not).
     assert cluster.ctl("systemctl is-active slurmrestd", check=False).stdout.strip() == (
         "inactive")
@@ -123,7 +128,7 @@ def test_a_request_without_a_valid_token_is_refused(cluster, case):
     error". The cluster's own key, from the operator's secrets, signs a token that works,
     so the refusals are for the reasons named."""
     key = base64.b64decode((cluster.state / "secrets/jwt.key.b64").read_text())
-    url = f"{URL}/slurm/{API}/jobs"
+    url = f"{rest_url(cluster)}/slurm/{API}/jobs"
     good = requests.get(url, headers={"X-SLURM-USER-NAME": "alice",
                                       "X-SLURM-USER-TOKEN": _signed(key, "alice", 60)},
                         timeout=30)
@@ -163,9 +168,9 @@ def test_a_users_own_token_is_bounded_and_an_admins_service_token_is_not(cluster
     assert claims["exp"] - claims["iat"] == 30 * 86400
 
 
-def _answers() -> bool:
+def _answers(cluster) -> bool:
     try:
-        return requests.get(f"{URL}/slurm/{API}/ping", timeout=10).status_code == 401
+        return requests.get(f"{rest_url(cluster)}/slurm/{API}/ping", timeout=10).status_code == 401
     except requests.RequestException:
         return False
 
@@ -185,6 +190,6 @@ def test_turning_the_api_off_and_on_again(cluster):
     assert cluster.ctl("scontrol token", check=False).returncode != 0
     back = run_playbook(cluster.inventory, out=lambda _line: None)
     assert back.ok, back.failures
-    wait_for("slurmrestd to answer again", _answers, timeout=60)
+    wait_for("slurmrestd to answer again", lambda: _answers(cluster), timeout=60)
     rest = rest_as(cluster, "alice")
     assert isinstance(rest.jobs(), list)

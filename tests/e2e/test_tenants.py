@@ -19,9 +19,6 @@ import pytest
 from infra.ops.configure import run_playbook
 from tests.e2e.cluster import user_key, wait_for
 
-LOGIN_ADDRESS = "10.78.13.253"
-CTL_ADDRESS = "10.78.13.10"
-GPU_002 = "10.78.13.12"
 # Root-only directories on the controller, where the users' homes are made: what a link in
 # a home points the configure run at.
 TARGETS = ("/var/lib/tenant-target-ssh", "/var/lib/tenant-target-enroot")
@@ -100,7 +97,7 @@ def test_links_and_fifos_planted_in_homes_are_refused_and_their_targets_unchange
         as_user(cluster, "login-001", "alice", "rm -f ~/.config/enroot && "
                                                "mkdir -m 0700 ~/.config/enroot")
         cluster.ctl(f"rm -rf {' '.join(TARGETS)}")
-    assert ssh(cluster, "bob", LOGIN_ADDRESS, "true").returncode == 0
+    assert ssh(cluster, "bob", cluster.address("login-001"), "true").returncode == 0
 
 
 def test_a_link_planted_where_enroots_directories_go_is_refused_and_its_target_unchanged(
@@ -135,16 +132,17 @@ def test_a_link_planted_where_enroots_directories_go_is_refused_and_its_target_u
 
 @pytest.mark.parametrize("user", ["alice", "bob"])
 def test_a_user_cannot_ssh_to_the_controller_and_is_told_where_to_log_in(cluster, user):
-    refused = ssh(cluster, user, CTL_ADDRESS, "hostname")
+    refused = ssh(cluster, user, cluster.address("ctl"), "hostname")
     assert (refused.returncode, refused.stdout) == (255, "")
     assert ("ctl runs the cluster's services and is for administrators only: log in to "
             "login-001 to submit jobs.") in refused.stderr, refused.stderr
     # The same key opens the login node: the refusal is the host's, not the key's.
-    assert ssh(cluster, user, LOGIN_ADDRESS, "hostname").stdout.strip() == "login-001"
+    opened = ssh(cluster, user, cluster.address("login-001"), "hostname")
+    assert opened.stdout.strip() == "login-001"
 
 
 def test_an_admin_still_reaches_the_controller(cluster):
-    admin = ssh(cluster, "dave", CTL_ADDRESS, "hostname")
+    admin = ssh(cluster, "dave", cluster.address("ctl"), "hostname")
     assert (admin.returncode, admin.stdout.strip()) == (0, "ctl")
 
 
@@ -156,9 +154,9 @@ def test_without_its_pam_module_a_compute_node_refuses_users_rather_than_letting
     module = "/usr/lib/x86_64-linux-gnu/security/pam_slurm_adopt.so"  # Debian 13
     cluster.on("gpu-002", f"mv {module} {module}.away")
     try:
-        refused = ssh(cluster, "alice", GPU_002, "hostname")
+        refused = ssh(cluster, "alice", cluster.address("gpu-002"), "hostname")
         assert (refused.returncode, refused.stdout) == (255, "")
-        admin = ssh(cluster, "dave", GPU_002, "hostname")
+        admin = ssh(cluster, "dave", cluster.address("gpu-002"), "hostname")
         assert (admin.returncode, admin.stdout.strip()) == (0, "gpu-002")
     finally:
         cluster.on("gpu-002", f"mv {module}.away {module}")

@@ -554,8 +554,8 @@ def test_ray_sweep_runs_its_trials_on_both_nodes_and_leaves_no_ray_process(clust
     assert ray_processes(cluster) == {"gpu-001": [], "gpu-002": []}
 
 
-# A Ray client dialling the sweep's head on gpu-001 (Ray's default port).
-RAY_DIAL = ("import ray\nray.init(address='10.78.13.11:6379', log_to_driver=False)\n"
+# A Ray client dialling the sweep's head on gpu-001 (Ray's default port): the address goes in.
+RAY_DIAL = ("import ray\nray.init(address='{}:6379', log_to_driver=False)\n"
             "print('connected', ray.cluster_resources())\n")
 # What Ray 2.60's GCS answers a client without the head's token (the client logs it on every
 # retry; the dial is cut short after it, Ray would retry for a minute).
@@ -572,6 +572,7 @@ def test_a_cancelled_ray_sweep_refuses_other_users_and_leaves_no_ray_process(clu
              lambda: '"event": "cluster"' in cluster.ctl(f"cat {WORK}/ray-cancel-{job}.out",
                                                          check=False).stdout,
              timeout=180)
+    dial_head = quoted(RAY_DIAL.format(cluster.address("gpu-001")))
     try:
         running = ray_processes(cluster)
         assert all(any("raylet" in p for p in procs) for procs in running.values()), running
@@ -582,7 +583,7 @@ def test_a_cancelled_ray_sweep_refuses_other_users_and_leaves_no_ray_process(clu
         assert cluster.login(f"cat {token}", user="bob", check=False).returncode != 0
         for env in ("", "env RAY_AUTH_MODE=token RAY_AUTH_TOKEN=" + "0" * 64 + " "):
             dial = cluster.login(f"{env}timeout 30 {TRAIN_ENV}/bin/python -c "
-                                 f"{quoted(RAY_DIAL)}", user="bob", check=False)
+                                 f"{dial_head}", user="bob", check=False)
             assert dial.returncode != 0 and "connected" not in dial.stdout, (env, dial.stdout)
             assert RAY_REFUSED.search(dial.stdout + dial.stderr), (env, dial.stderr[-2000:])
     finally:
