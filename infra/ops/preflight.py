@@ -428,10 +428,12 @@ def check_host(report: Report, facts: Mapping[str, Any], os_name: str, cidr: str
     else:
         refused, opened = firewall_findings(facts, cidr, report.host.open_firewall)
         if refused:
+            keep = ("" if not report.host.open_firewall else
+                    ", and set openFirewall: false for the host (metalslurm:byo.hosts; "
+                    "host_firewall_enabled: false in an inventory)")
             report.put("firewall", "fail", "blocks", f"{'; '.join(refused)}: the roles open "
                        f"nftables only; stop it, or let in by hand {firewall.summary()} "
-                       f"({cidr})" + ("" if not report.host.open_firewall else
-                                      ", and set host_firewall_enabled: false for the host"))
+                       f"({cidr}){keep}")
         elif opened:
             report.put("firewall", "ok", "nftables drop: opened by the run (chain "
                        f"{', '.join(opened)})")

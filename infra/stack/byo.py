@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 
 BYO_ROLES = ("controller", "nfs", "compute", "login")
 BMC_DRIVERS = ("redfish", "ipmi")
-_BYO_KEYS = ("sshUser", "bastion", "hosts", "checkHosts")
+_BYO_KEYS = ("sshUser", "bastion", "hosts", "checkHosts", "openFirewall")
 _BASTION_KEYS = ("address", "user")
 _HOST_KEYS = ("name", "role", "address", "publicAddress", "pool", "elastic", "gpuType",
-              "gpuCount", "bmc")
+              "gpuCount", "bmc", "openFirewall")
 _BMC_KEYS = ("driver", "endpoint", "systemId", "verifyTls", "address", "port")
 
 
@@ -68,6 +68,9 @@ class ByoHost:
     pool: str | None = None
     elastic: bool = False
     bmc: BmcSettings | None = None
+    # Whether the run puts the cluster's openings into the host's nftables firewall (the
+    # host_firewall role); None: as metalslurm:byo.openFirewall says, else the role's default.
+    open_firewall: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,16 @@ class ByoSettings:
     bastion_user: str | None = None
     hosts: tuple[ByoHost, ...] = ()
     check_hosts: bool = True
+    open_firewall: bool | None = None  # every host's, unless the host gives its own
 
     def host(self, name: str) -> ByoHost:
         return next(h for h in self.hosts if h.name == name)
+
+    def open_firewall_of(self, name: str) -> bool | None:
+        """Whether the run opens host ``name``'s firewall: the host's own openFirewall,
+        else byo's, else None (the host_firewall role's default, which owns it)."""
+        own = self.host(name).open_firewall
+        return self.open_firewall if own is None else own
 
     def login_hosts(self) -> tuple[str, ...]:
         """The hosts with role login, in the order the config lists them."""
@@ -173,10 +183,18 @@ def _parse_host(c: Collector, h: Mapping[str, Any], hkey: str,
         for extra in ("pool", "elastic", "gpuType", "gpuCount", "bmc"):
             if extra in h:
                 c.problem(f"{hkey}.{extra}", f"only compute hosts have {extra}")
+    open_firewall = _optional_boolean(c, h, "openFirewall", f"{hkey}.openFirewall")
     if name is None or role is None or address is None:
         return None
     pool = h.get("pool") if role == "compute" else None
-    return ByoHost(name, role, address, public or None, pool, elastic, bmc)
+    return ByoHost(name, role, address, public or None, pool, elastic, bmc, open_firewall)
+
+
+def _optional_boolean(c: Collector, raw: Mapping[str, Any], name: str, where: str) -> bool | None:
+    """``raw[name]`` as true or false, or None where it is not given."""
+    if name not in raw:
+        return None
+    return c.boolean(raw, name, where, True)
 
 
 def _check_roles(c: Collector, hosts: list[ByoHost], controller_name: str | None,
@@ -239,6 +257,7 @@ def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
     ssh_user = c.string(item, "sshUser", f"{where}.sshUser", default="root",
                         pattern=USER_NAME_RE, what="a login name")
     check = c.boolean(item, "checkHosts", f"{where}.checkHosts", True)
+    open_firewall = _optional_boolean(c, item, "openFirewall", f"{where}.openFirewall")
     bastion = c.mapping(item, "bastion", f"{where}.bastion")
     c.unknown_keys(bastion, _BASTION_KEYS, f"{where}.bastion")
     bastion_address = None
@@ -261,4 +280,4 @@ def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
                   " ...' (and .password)")
     by_pool = _hosts_by_pool(c, hosts, pools)
     return ByoSettings(ssh_user or "root", bastion_address, bastion_user or None, tuple(hosts),
-                       check), by_pool
+                       check, open_firewall), by_pool

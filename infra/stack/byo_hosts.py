@@ -18,9 +18,14 @@ def byo_settings(cfg: ClusterConfig) -> ByoSettings:
     return cfg.byo
 
 
-def _direct(host: ByoHost) -> dict[str, Any]:
-    """A host with a public address is reached directly, not through the jump host."""
-    return {"ansible_ssh_common_args": ""} if host.public_address else {}
+def _host_vars(byo: ByoSettings, host: ByoHost) -> dict[str, Any]:
+    """A host with a public address is reached directly, not through the jump host; one
+    whose firewall the operator keeps (openFirewall false) gets no openings."""
+    out: dict[str, Any] = {"ansible_ssh_common_args": ""} if host.public_address else {}
+    open_firewall = byo.open_firewall_of(host.name)
+    if open_firewall is not None:
+        out["host_firewall_enabled"] = open_firewall
+    return out
 
 
 def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
@@ -31,7 +36,7 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
     for role, groups in (("controller", ("slurm_controller", "slurmdbd")),
                          ("nfs", ("nfs_server",)), ("login", ("login",))):
         specs += [NodeSpec(name=h.name, address=h.address, groups=groups,
-                           ansible_host=h.public_address, extra_vars=_direct(h))
+                           ansible_host=h.public_address, extra_vars=_host_vars(byo, h))
                   for h in byo.hosts if h.role == role]
     for pool in cfg.compute_pools:
         elastic = set(pool.elastic_names())
@@ -41,7 +46,7 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
                 name=h.name, address=h.address, groups=("slurm_compute",),
                 gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                 node_state="cloud" if node in elastic else "static",
-                power=h.bmc.power() if h.bmc else None))
+                power=h.bmc.power() if h.bmc else None, extra_vars=_host_vars(byo, h)))
     return specs
 
 

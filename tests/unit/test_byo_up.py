@@ -155,3 +155,47 @@ def test_a_sudo_password_reaches_the_preflight_and_the_configure_and_verify_is_l
     assert ("verify skipped: testinfra cannot answer sudo's password prompt; run 'metalslurm "
             "verify -i .metalslurm/rented/inventory.yml' as root or a NOPASSWD sudo user") in out
     assert "rented-pw-1" not in out
+
+
+def test_a_host_whose_firewall_the_operator_keeps_gets_no_openings(work):
+    """metalslurm:byo.openFirewall (every host) and a host's own openFirewall become the
+    host_firewall role's host_firewall_enabled; not given, the role's default decides."""
+    stack, key, _bmc = work
+    doc = yaml.safe_load(stack.read_text())
+    byo_cfg = doc["config"]["metalslurm:byo"]
+    state = StateDir(Path(".metalslurm/rented"))
+
+    def firewall_vars() -> dict[str, object]:
+        stack.write_text(yaml.safe_dump(doc))
+        hosts = byo.byo_inventory(byo.byo_stack(stack), state, key.resolve(), "{}",
+                                  write=False)["all"]["hosts"]
+        return {name: hv["host_firewall_enabled"] for name, hv in hosts.items()
+                if "host_firewall_enabled" in hv}
+
+    assert firewall_vars() == {}
+    byo_cfg["hosts"][0]["openFirewall"] = False
+    first = byo_cfg["hosts"][0]["name"]
+    assert firewall_vars() == {first: False}
+    byo_cfg["openFirewall"] = False
+    byo_cfg["hosts"][0]["openFirewall"] = True
+    names = [h["name"] for h in byo_cfg["hosts"]]
+    assert firewall_vars() == {name: name == first for name in names}
+
+
+@pytest.mark.parametrize("where", ["byo", "host"])
+def test_an_open_firewall_that_is_not_a_boolean_is_refused_naming_the_key(work, tmp_path,
+                                                                          capsys, where):
+    stack, key, bmc = work
+    doc = yaml.safe_load(stack.read_text())
+    target = doc["config"]["metalslurm:byo"]
+    if where == "host":
+        target = target["hosts"][1]
+    target["openFirewall"] = "no"
+    stack.write_text(yaml.safe_dump(doc))
+    rc, out, err = run(["up", "--stack", str(stack), "--ssh-key", str(key),
+                        "--bmc-credentials", str(bmc)], capsys)
+    assert rc == 2 and out == ""
+    place = {"byo": "metalslurm:byo.openFirewall",
+             "host": "metalslurm:byo.hosts[1].openFirewall"}[where]
+    assert f"{place}: must be true or false, got 'no'" in err, err
+    assert not (tmp_path / ".metalslurm").exists()

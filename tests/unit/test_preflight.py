@@ -161,7 +161,8 @@ def test_a_firewall_the_roles_cannot_open_is_refused_with_the_ports_to_open_by_h
         "only; stop it, or let in by hand SSH 22/tcp, slurmctld 6817/tcp, slurmd and sackd "
         "6818/tcp, slurmdbd 6819/tcp, srun 61001-64000/tcp, NFS 2049/tcp from the private "
         "network; the exporters (9100, 9341, 9400/tcp) from the monitoring host; any port "
-        "between compute nodes (10.0.0.0/24), and set host_firewall_enabled: false for the host")
+        "between compute nodes (10.0.0.0/24), and set openFirewall: false for the host "
+        "(metalslurm:byo.hosts; host_firewall_enabled: false in an inventory)")
 
 
 def test_clocks_are_compared_with_the_controllers_and_cloned_identities_found():
