@@ -1,7 +1,7 @@
 """The inventory contract's check, for the cluster_validate role (module_utils/inventory_contract.py
 holds the rules; the operator's inventory builder applies the same ones), and the shared
 paths of an inventory that does not list them, for the roles that export, mount, check or
-list them."""
+list them, and the submit host (the roles that open srun's ports or run slurmrestd there)."""
 
 from __future__ import annotations
 
@@ -30,4 +30,5 @@ def inventory_problems(groups: dict[str, list[str]], hostvars: Any) -> list[str]
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"inventory_problems": inventory_problems,
-                "shared_paths": inventory_contract.shared_paths}
+                "shared_paths": inventory_contract.shared_paths,
+                "submit_host": inventory_contract.submit_host}

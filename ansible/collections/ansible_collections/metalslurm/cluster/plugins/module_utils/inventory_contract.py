@@ -121,6 +121,16 @@ def shared_paths(paths: list[str] | None, storage: str | None) -> list[str]:
     return list(DEFAULT_SHARED_PATHS)
 
 
+def submit_host(groups: Mapping[str, list[str]]) -> str:
+    """The host users submit from, whose srun ports stay open and that serves the REST API:
+    the first login node, else the controller ('' in an inventory with neither)."""
+    for group in ("login", "slurm_controller"):
+        hosts = groups.get(group) or []
+        if hosts:
+            return str(hosts[0])
+    return ""
+
+
 def _get(hostvars: Mapping[str, Any], host: str, key: str, default: Any = None) -> Any:
     try:
         return hostvars[host].get(key, default)

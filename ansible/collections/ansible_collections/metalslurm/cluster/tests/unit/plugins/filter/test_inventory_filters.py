@@ -27,6 +27,17 @@ def test_the_shared_paths_of_an_inventory(paths, storage, expected):
     assert shared_paths(paths, storage) == expected
 
 
+@pytest.mark.parametrize(("groups", "expected"), [
+    ({"login": ["login-002", "login-001"], "slurm_controller": ["ctl"]}, "login-002"),
+    ({"login": [], "slurm_controller": ["ctl"]}, "ctl"),       # no login node: the controller
+    ({"slurm_controller": ["ctl"], "slurm_compute": ["n1"]}, "ctl"),
+    ({"slurm_compute": ["n1"]}, ""),                           # neither (a partial inventory)
+])
+def test_the_submit_host_is_the_first_login_node_else_the_controller(groups, expected):
+    """In the inventory's order (Ansible's groups), as Slurm users meet it."""
+    assert filters.FilterModule().filters()["submit_host"](groups) == expected
+
+
 def test_the_filter_passes_the_groups_to_the_contract():
     groups = {"slurm_controller": ["c1"], "slurm_compute": ["n1"]}
     hostvars = {h: {"metalslurm_address": f"10.0.0.{i}", "metalslurm_private_cidr": "10.0.0.0/24",
