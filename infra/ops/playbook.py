@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible_collections.metalslurm.cluster.plugins.module_utils import health, monitoring, rest
+from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    health,
+    inventory_contract,
+    monitoring,
+    rest,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     OPERATING_SYSTEMS,
 )
@@ -156,6 +161,9 @@ class PlaybookMap:
             given = variables.get(setting)
             variables[switch] = (given if isinstance(given, Mapping) else {}).get(
                 "enabled", defaults["enabled"])
+        # The submit host likewise (group_vars reads it through the collection's filter).
+        variables["__metalslurm_submit_host"] = inventory_contract.submit_host(
+            variables.get("groups") or {})
         templar = Templar(loader=self._loader, variables=variables)
         return all(templar.evaluate_conditional(trust_as_template(c)) for c in conditions)
 
