@@ -22,7 +22,7 @@ import subprocess
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.cluster import REPO
+from tests.e2e.cluster import REPO, wait_for
 
 NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
 # As a provider's image ships it: SSH in, the rest dropped.
@@ -41,6 +41,8 @@ OPEN_TASK = "Put the cluster's openings at the top of the host's input chains"
 CLOUD_CFG = "/etc/cloud/cloud.cfg.d/99-metalslurm.cfg"
 NEEDRESTART = "/etc/needrestart/conf.d/metalslurm.conf"
 DROP_IN = "/etc/systemd/system/nftables.service.d/metalslurm-firewall.conf"
+REPAIR_TIMER = "metalslurm-firewall-repair.timer"
+START_REPAIR_TASK = "Start the timer that puts back openings a ruleset loaded by hand took out"
 
 
 def reach(cluster, node: str, address: str, port: int) -> bool:
@@ -76,8 +78,11 @@ def cluster(debian13):
     for node in NODES:
         # As a server comes: without what an earlier run of the role left (the run puts it
         # back; the teardown leaves it, as a configured cluster has it).
-        debian13.on(node, "systemctl disable -q metalslurm-firewall 2>/dev/null; rm -f "
+        debian13.on(node, "systemctl disable -q metalslurm-firewall 2>/dev/null; "
+                          f"systemctl disable -q --now {REPAIR_TIMER} 2>/dev/null; rm -f "
                           f"{DROP_IN} /etc/systemd/system/metalslurm-firewall.service "
+                          f"/etc/systemd/system/{REPAIR_TIMER} "
+                          "/etc/systemd/system/metalslurm-firewall-repair.service "
                           "/usr/local/sbin/metalslurm-firewall /etc/metalslurm-firewall.json; "
                           "systemctl daemon-reload")
         debian13.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables "
@@ -149,20 +154,41 @@ def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(clu
     # installed (test_gpu_driver's and test_tenants' runs); the reload flushes it too.
     guard = "nft list table inet metalslurm_dcgm_guard"
     had_guard = cluster.on("gpu-002", guard, check=False).returncode == 0
+    # The repair timer stopped first: it would put the openings back within its interval
+    # (the next test), before verify looks.
+    cluster.on("gpu-002", f"systemctl stop {REPAIR_TIMER}")
     cluster.on("gpu-002", "nft -f /etc/nftables.conf")  # behind systemd's back
     failed = verify_network(cluster)
     assert failed.returncode == 1
     assert "assert ['gpu-002 10.78.13.12:6818'] == []" in failed.stdout
     # The next run on that node (limited: the whole cluster's converged runs are the other
-    # modules' to check) repairs exactly that.
+    # modules' to check) repairs exactly that, and starts the timer again.
     result = run_playbook(cluster.inventory, limit="gpu-002", tags="configure,service",
                           out=lambda _line: None)
     assert result.ok, result.failures
     # The guard, where there was one, is put back too (roles/nvidia_gpu).
-    assert result.changed_tasks == [("gpu-002", OPEN_TASK)] + (
-        [("gpu-002", "Apply a changed or missing guard now")] if had_guard else [])
+    assert sorted(result.changed_tasks) == sorted(
+        [("gpu-002", START_REPAIR_TASK), ("gpu-002", OPEN_TASK)]
+        + ([("gpu-002", "Apply a changed or missing guard now")] if had_guard else []))
+    assert cluster.on("gpu-002", f"systemctl is-active {REPAIR_TIMER}").stdout.strip() == "active"
     assert reach(cluster, "ctl", "10.78.13.12", 6818)
     assert (cluster.on("gpu-002", guard, check=False).returncode == 0) == had_guard
+
+
+def test_a_ruleset_reloaded_by_hand_is_repaired_by_the_timer_within_its_interval(cluster):
+    """Between runs: metalslurm-firewall-repair.timer (every 60 s, the role's default) puts
+    the openings back and says so in the journal; the host's own rules stay after them."""
+    interval = cluster.on("gpu-001", f"systemctl show -P TimersMonotonic {REPAIR_TIMER}").stdout
+    assert "OnUnitActiveUSec=1min" in interval, interval
+    since = cluster.on("gpu-001", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    cluster.on("gpu-001", "nft -f /etc/nftables.conf")  # behind systemd's back
+    assert not reach(cluster, "ctl", cluster.address("gpu-001"), 6818)
+    wait_for("the timer to put the openings back",
+             lambda: reach(cluster, "ctl", cluster.address("gpu-001"), 6818), timeout=90)
+    assert [c.split(" ")[0] for c in ours(cluster, "gpu-001")] == ["metalslurm"] * 4 + ["-"] * 3
+    journal = cluster.on("gpu-001", "journalctl -q -o cat -u metalslurm-firewall-repair "
+                                    f"--since '{since}'").stdout
+    assert "opened the cluster's traffic in inet filter input" in journal, journal
 
 
 def test_ufw_is_refused_with_the_ports_to_open_by_hand(cluster):
