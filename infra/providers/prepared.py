@@ -119,7 +119,10 @@ def digest_files(root: Path = ANSIBLE_DIR) -> list[Path]:
     found: dict[Path, Path] = {}
     for folder, dirs, files in os.walk(root, followlinks=True):
         rel_dir = Path(folder).relative_to(root)
-        dirs[:] = sorted(d for d in dirs if d not in IGNORED_PARTS)
+        # Hidden folders and build records are tools' caches (ruff's, mypy's, pip's
+        # egg-info), which lint or an install writes while a cluster asks for its images.
+        dirs[:] = sorted(d for d in dirs if d not in IGNORED_PARTS and not d.startswith(".")
+                         and not d.endswith(".egg-info"))
         for name in files:
             path = Path(folder) / name
             rel, real = rel_dir / name, path.resolve()

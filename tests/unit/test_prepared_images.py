@@ -116,6 +116,21 @@ def test_the_roles_digest_follows_tasks_not_templates(tmp_path):
     assert roles_digest(tmp_path) != first
 
 
+def test_the_roles_digest_leaves_out_the_caches_tools_write(tmp_path):
+    """ruff, mypy and pip write caches beside the roles' own programs while a cluster is
+    brought up (lint runs beside the e2e lanes): the images stay the same."""
+    files = tmp_path / "roles" / "r" / "files" / "program"
+    files.mkdir(parents=True)
+    (files / "main.py").write_text("print()\n")
+    first = roles_digest(tmp_path)
+    for cache in (".ruff_cache", ".mypy_cache", "program.egg-info"):
+        (files / cache).mkdir()
+        (files / cache / "CACHEDIR.TAG").write_text("Signature\n")
+    assert roles_digest(tmp_path) == first
+    (files / "main.py").write_text("print(1)\n")
+    assert roles_digest(tmp_path) != first
+
+
 def test_the_roles_digest_reads_the_roles_through_their_link():
     files = {str(p) for p in prepared.digest_files()}
     assert "roles/munge/tasks/install.yml" in files
