@@ -192,7 +192,7 @@ STACK_KEYS: tuple[StackKey, ...] = (
              "containerToolkit, mig, rebootPolicy, repository, containerToolkitRepository.", {}),
     StackKey("configure", "Run ansible/site.yml on the exported inventory after provisioning "
              "(and again when it changes).", False, "boolean"),
-    StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, hosts."),
+    StackKey("byo", "byo provider only - sshUser, bastion, checkHosts, openFirewall, hosts."),
     StackKey("oci", "oci provider only - region, compartmentId, availabilityDomain, imageId, "
              "networks, shapes, elasticMode, bootVolumeGbs."),
     StackKey("sshPrivateKey", "byo and oci - the SSH private key Pulumi and Ansible log in "

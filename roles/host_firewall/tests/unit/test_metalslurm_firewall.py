@@ -140,3 +140,28 @@ def test_the_program_reads_the_ruleset_nft_prints(tmp_path, monkeypatch, capsys)
         'insert rule inet filter input ip saddr 10.0.0.0/24 tcp dport 6818 accept '
         'comment "metalslurm aa: slurmd"',
     ]
+
+
+@pytest.mark.parametrize(("ufw", "firewalld", "owner"), [
+    (True, False, "ufw is enabled"), (False, True, "firewalld is active")])
+def test_the_program_leaves_a_firewall_ufw_or_firewalld_owns_alone(tmp_path, monkeypatch, ufw,
+                                                                   firewalld, owner):
+    """At boot and from the repair timer no role stops it: it refuses as the role does."""
+    fw = program()
+    config = tmp_path / "firewall.json"
+    config.write_text(json.dumps(WANTED))
+    nft = tmp_path / "nft"
+    log = tmp_path / "nft.log"
+    listing = json.dumps({"nftables": ruleset((4, None))})
+    nft.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\nif [ \"$1\" = -j ]; then echo '{listing}'; "
+                   f"else cat >> {log}; fi\n")
+    nft.chmod(0o755)
+    monkeypatch.setattr(fw, "NFT", str(nft))
+    monkeypatch.setattr(fw, "LOCK", str(tmp_path / "lock"))
+    monkeypatch.setattr(fw, "ufw_enabled", lambda: ufw)
+    monkeypatch.setattr(fw, "unit_active", lambda unit: firewalld and unit == "firewalld")
+    monkeypatch.setattr("sys.argv", ["metalslurm-firewall", "--config", str(config)])
+    with pytest.raises(SystemExit, match=f"metalslurm-firewall: {owner}: its rules are "
+                                         "rewritten by the tool that owns them"):
+        fw.main()
+    assert log.read_text().splitlines() == ["-j list ruleset"]
