@@ -6,9 +6,10 @@
 # from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
 # cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
 # both cores busy. Once it has ended (tests/e2e/conftest.py writes the marker, whether it
-# went up or not) lane b brings up its own cluster from the images lane a built, and the
-# other runs start beside them, one after the other: lint beside the unit tests ('all'
-# only), then the Debian 12 module (its own cluster, on the cold path). LANE_B names lane
+# went up or not) lane b brings up its own cluster from the images lane a built; once that
+# has ended too (its marker) the other runs start beside both lanes, one after the other:
+# lint beside the unit tests ('all' only), then the Debian 12 module (its own cluster, on
+# the cold path). LANE_B names lane
 # b's modules: about half of the Debian 13 modules' time (the per-module figures the runs
 # print, with the CPU-seconds they keep the machine busy); a module that names lane a's
 # addresses stays in lane a. Lane a prints as it goes; the others' logs follow it.
@@ -35,17 +36,16 @@ METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e --ignore="$debian12" "${ignore_lan
     --durations=20 &
 debian13=$!
 
-wait_for_lane_a() {
-    local waited=0
-    while [ ! -e "$marker" ] && kill -0 "$debian13" 2>/dev/null; do
+# Waits until a lane's bring-up has ended (its marker $1) or its run (pid $2) has.
+wait_for_bring_up() {
+    while [ ! -e "$1" ] && kill -0 "$2" 2>/dev/null; do
         sleep 5
-        waited=$((waited + 5))
     done
-    echo "started ${waited} s after lane a" > "$logs/schedule-$1.txt"
 }
 
 lane_b() {
-    wait_for_lane_a lane-b
+    wait_for_bring_up "$marker" "$debian13"
+    echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
     METALSLURM_E2E_LANE=b "$BIN"/pytest "${LANE_B[@]}" -p no:cacheprovider --durations=20 \
         > "$logs/schedule-debian13-b.log" 2>&1
     echo $? > "$logs/schedule-debian13-b.rc"
@@ -53,8 +53,12 @@ lane_b() {
 lane_b &
 other_lane=$!
 
+# Lint, the unit tests and the Debian 12 module start once lane b is up too: two bring-ups'
+# boots and configures beside lint on two cores left nodes without sshd for minutes.
 beside() {
-    wait_for_lane_a beside
+    wait_for_bring_up "$marker" "$debian13"
+    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
+    echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
     if [ "$what" = all ]; then
         make --no-print-directory -j2 --output-sync=target lint unit \
             > "$logs/schedule-lint-unit.log" 2>&1
@@ -70,8 +74,9 @@ others=$!
 wait "$debian13"
 rc=$?
 wait "$other_lane" "$others"
-echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); the runs beside the" \
-     "Debian 13 lanes $(cat "$logs/schedule-beside.txt" 2>/dev/null) =="
+echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); lint, the unit tests and" \
+     "the Debian 12 module $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after" \
+     "${SECONDS} s =="
 for run in debian13-b lint-unit debian12; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")

@@ -63,7 +63,9 @@ from infra.stack.state import StateDir
 
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
 LABEL = "metalslurm.cluster"
-SSH_WAIT_SECONDS = 90
+# How long a new node's sshd may take to answer: seven systemd containers booting at once
+# on two busy cores (lint beside a second cluster's tests) took over 90 s.
+SSH_WAIT_SECONDS = 300
 ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's hard limits
 # How node containers are made; a node container made another way is made again. Version
 # 2: compute nodes get a private cgroup namespace, so the cgroup paths a job sees in
