@@ -117,7 +117,10 @@ def test_ufw_is_on_only_where_its_own_switch_says_so(tmp_path, monkeypatch):
     assert fw.plan(moved, WANTED)[1] == ["inet filter input"]
 
 
-def test_the_program_reads_the_ruleset_nft_prints(tmp_path, monkeypatch, capsys):
+def stand_in_nft(tmp_path, monkeypatch, ufw=False, firewalld=False):
+    """The program with WANTED as its rules and a stand-in nft that lists one host rule and
+    logs every call (and what it is fed) to the returned file; ufw and firewalld as given,
+    not as on this machine."""
     fw = program()
     config = tmp_path / "firewall.json"
     config.write_text(json.dumps(WANTED))
@@ -129,6 +132,13 @@ def test_the_program_reads_the_ruleset_nft_prints(tmp_path, monkeypatch, capsys)
     nft.chmod(0o755)
     monkeypatch.setattr(fw, "NFT", str(nft))
     monkeypatch.setattr(fw, "LOCK", str(tmp_path / "lock"))
+    monkeypatch.setattr(fw, "ufw_enabled", lambda: ufw)
+    monkeypatch.setattr(fw, "unit_active", lambda unit: firewalld and unit == "firewalld")
+    return fw, config, log
+
+
+def test_the_program_reads_the_ruleset_nft_prints(tmp_path, monkeypatch, capsys):
+    fw, config, log = stand_in_nft(tmp_path, monkeypatch)
     monkeypatch.setattr("sys.argv", ["metalslurm-firewall", "--check", "--config", str(config)])
     assert fw.main() == 1
     assert capsys.readouterr().out == "stale: inet filter input\n"
@@ -147,19 +157,7 @@ def test_the_program_reads_the_ruleset_nft_prints(tmp_path, monkeypatch, capsys)
 def test_the_program_leaves_a_firewall_ufw_or_firewalld_owns_alone(tmp_path, monkeypatch, ufw,
                                                                    firewalld, owner):
     """At boot and from the repair timer no role stops it: it refuses as the role does."""
-    fw = program()
-    config = tmp_path / "firewall.json"
-    config.write_text(json.dumps(WANTED))
-    nft = tmp_path / "nft"
-    log = tmp_path / "nft.log"
-    listing = json.dumps({"nftables": ruleset((4, None))})
-    nft.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\nif [ \"$1\" = -j ]; then echo '{listing}'; "
-                   f"else cat >> {log}; fi\n")
-    nft.chmod(0o755)
-    monkeypatch.setattr(fw, "NFT", str(nft))
-    monkeypatch.setattr(fw, "LOCK", str(tmp_path / "lock"))
-    monkeypatch.setattr(fw, "ufw_enabled", lambda: ufw)
-    monkeypatch.setattr(fw, "unit_active", lambda unit: firewalld and unit == "firewalld")
+    fw, config, log = stand_in_nft(tmp_path, monkeypatch, ufw, firewalld)
     monkeypatch.setattr("sys.argv", ["metalslurm-firewall", "--config", str(config)])
     with pytest.raises(SystemExit, match=f"metalslurm-firewall: {owner}: its rules are "
                                          "rewritten by the tool that owns them"):
