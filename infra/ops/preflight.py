@@ -385,7 +385,8 @@ def firewall_findings(facts: Mapping[str, Any], cidr_or_address: str,
     if ((facts.get("ufw_enabled") == "yes" or "Status: active" in ufw)
             and cidr_or_address not in ufw and "6817" not in ufw):
         refused.append(f"ufw is enabled and allows neither {cidr_or_address} nor 6817")
-    if units.get("firewalld") == "active":
+    if units.get("firewalld") == "active" and open_firewall:
+        # Kept by the operator (host_firewall_enabled false): the table says so (a warning).
         refused.append("firewalld is active (its zones are not read here)")
     nft = str(facts.get("nft", ""))
     table = chain = None
@@ -434,6 +435,9 @@ def check_host(report: Report, facts: Mapping[str, Any], os_name: str, cidr: str
             report.put("firewall", "fail", "blocks", f"{'; '.join(refused)}: the roles open "
                        f"nftables only; stop it, or let in by hand {firewall.summary()} "
                        f"({cidr}){keep}")
+        elif not report.host.open_firewall and any(
+                u == "firewalld active" for u in facts.get("unit", [])):
+            report.put("firewall", "warn", "firewalld, kept by you (zones not read)")
         elif opened:
             report.put("firewall", "ok", "nftables drop: opened by the run (chain "
                        f"{', '.join(opened)})")

@@ -146,9 +146,21 @@ DROPPING = ("table inet filter {\n\tchain input {\n\t\ttype filter hook input pr
     ({"unit": ["ufw active"], "ufw": "Status: inactive"}, True, [], []),
     ({"unit": ["firewalld active"]}, True, ["firewalld is active (its zones are not read here)"],
      []),
+    # firewalld the operator keeps (openFirewall false): not refused (check_host warns).
+    ({"unit": ["firewalld active"]}, False, [], []),
 ])
 def test_a_firewall_that_would_block_the_cluster_is_found(facts, open_firewall, refused, opened):
     assert preflight.firewall_findings(facts, "10.0.0.0/24", open_firewall) == (refused, opened)
+
+
+def test_a_firewalld_the_operator_keeps_is_a_warning_not_a_refusal():
+    """The advice the refusal below gives (openFirewall: false) is taken: the table says
+    the host's firewalld is the operator's, whose zones the pre-flight does not read."""
+    report = Report(host(name="gpu-001", open_firewall=False))
+    preflight.check_host(report, {"sudo": "root", "unit": ["firewalld active"]}, "debian13",
+                         "10.0.0.0/24", privileged=True)
+    assert str(report.cells["firewall"]) == "WARN firewalld, kept by you (zones not read)"
+    assert not any("firewall" in p for p in report.problems), report.problems
 
 
 def test_a_firewall_the_roles_cannot_open_is_refused_with_the_ports_to_open_by_hand():
