@@ -127,14 +127,10 @@ def test_the_directory_is_the_runs_own_and_private(tmp_path):
     assert on["mode"] == "0o700"
 
 
-def test_a_directory_others_can_write_is_not_used(tmp_path):
-    # A run whose local temporary directory holds a jinja-code directory open to others
-    # (not one this process made) compiles as Ansible does.
-    probe = r"""
-import os, sys
-from ansible import constants as C
-os.makedirs(os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code"), mode=0o777)
-os.chmod(os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code"), 0o777)
+def stays_off(tmp_path: Path, setup: str) -> bool:
+    """Whether enable(), after setup (Python run first), leaves Ansible's compile in
+    place and says so (returns None)."""
+    probe = setup + r"""
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
 from ansible._internal._templating import _jinja_bits
 print(jinja_code.enable(), _jinja_bits.AnsibleEnvironment.compile is jinja_code._compile)
@@ -143,7 +139,18 @@ print(jinja_code.enable(), _jinja_bits.AnsibleEnvironment.compile is jinja_code.
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=env, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["None", "True"]
+    return proc.stdout.split() == ["None", "True"]
+
+
+def test_a_directory_others_can_write_is_not_used(tmp_path):
+    # A run whose local temporary directory holds a jinja-code directory open to others
+    # (not one this process made) compiles as Ansible does.
+    assert stays_off(tmp_path, r"""
+import os
+from ansible import constants as C
+os.makedirs(os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code"), mode=0o777)
+os.chmod(os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code"), 0o777)
+""")
 
 
 @pytest.mark.parametrize("broken", ["{{ x + }}", "{% for %}"])
@@ -186,15 +193,9 @@ def test_the_key_holds_what_jinja_compiles_with():
 
 
 def test_a_jinja_it_was_not_written_for_keeps_ansibles_own(tmp_path):
-    probe = r"""
-import jinja2
-jinja2.__version__ = "3.2.0"
-from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
-from ansible._internal._templating import _jinja_bits
-print(jinja_code.enable(), _jinja_bits.AnsibleEnvironment.compile is jinja_code._compile)
-"""
-    env = dict(os.environ, ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["None", "True"]
+    assert stays_off(tmp_path, "import jinja2\njinja2.__version__ = '3.2.0'\n")
+
+
+def test_the_private_directory_turns_it_on(tmp_path):
+    # The same probe with nothing in the way: the cache is on (so the two above can fail).
+    assert not stays_off(tmp_path, "")
