@@ -28,7 +28,8 @@ TASKS = (
     "Write who may log in to this service host (root, Ansible's user, the admin group)",
     "Write the line a refused user sees",
     "Put the admins-only rule in sshd's account stack",
-    "Find the pam_slurm_adopt module",
+    # One step with the pam_systemd check slurm_pam_adopt had before the tenant protections.
+    "Find the pam_slurm_adopt module, and pam_systemd in the session stacks sshd includes",
     "Fail before sshd's stack names a pam_slurm_adopt that is not there",
     "Write each user's keys into their authorized_keys",
     "Remove the managed keys of the users removed from the config",

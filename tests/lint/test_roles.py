@@ -338,6 +338,15 @@ def test_plugins_live_in_a_role_or_in_the_collection():
     assert found == [], f"plugin directories outside the roles and the collection: {found}"
 
 
+def test_filters_and_tests_come_from_the_collection_not_from_a_role():
+    # The cache of compiled Jinja (the collection's plugin_utils/jinja_code.py) keeps code
+    # that calls each filter and test as Jinja resolved it when compiling: a role that
+    # brought its own filter_plugins or test_plugins would add names in the middle of a run.
+    found = sorted(str(p.relative_to(REPO)) for kind in ("filter_plugins", "test_plugins")
+                   for p in ROLES.glob(f"*/{kind}"))
+    assert found == [], f"move these into the collection's plugins/filter or plugins/test: {found}"
+
+
 def role_code() -> list[tuple[str, Path, tuple[str, ...]]]:
     """Each role's modules, module_utils and Python programs (a file or a project under
     files/), with the names a test of it would use."""

@@ -32,6 +32,8 @@ TEMPLATES = [
 ]
 CONDITIONALS = ["x > 2", "names | length == 2 and 'a' in names", "x is defined",
                 "y | default(1) == 1"]
+# What Jinja refuses, compiled by the expression path the cache copies from Jinja.
+BROKEN_CONDITIONALS = ["x +", "x y", "x | nosuchfilter", "x is nosuchtest"]
 
 RENDER = r"""
 import json, os, sys
@@ -133,7 +135,7 @@ def stays_off(tmp_path: Path, setup: str) -> bool:
     probe = setup + r"""
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
 from ansible._internal._templating import _jinja_bits
-print(jinja_code.enable(), _jinja_bits.AnsibleEnvironment.compile is jinja_code._compile)
+print(jinja_code.enable(), _jinja_bits.AnsibleEnvironment.compile is not jinja_code.compile_cached)
 """
     env = dict(os.environ, ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -153,29 +155,54 @@ os.chmod(os.path.join(C.DEFAULT_LOCAL_TMP, "jinja-code"), 0o777)
 """)
 
 
-@pytest.mark.parametrize("broken", ["{{ x + }}", "{% for %}"])
-def test_a_syntax_error_reads_the_same(tmp_path, broken):
-    probe = r"""
-import os, sys
+RENDER_ONE = r"""
+import os, shutil, sys
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
-jinja_code.enable()
-try:
-    Templar(loader=DataLoader(), variables={"x": 1}).template(trust_as_template(sys.argv[1]))
-except Exception as error:
-    print(type(error).__name__, error)
+directory = jinja_code.enable()
+if sys.argv[3] == "gone" and directory:
+    shutil.rmtree(directory)  # every write fails from here on
+templar = Templar(loader=DataLoader(), variables={"x": 1})
+for _ in range(2):  # compiled (and stored, where it can be), then loaded
+    try:
+        if sys.argv[1] == "template":
+            print(repr(templar.template(trust_as_template(sys.argv[2]))))
+        else:
+            print(repr(templar.evaluate_conditional(trust_as_template(sys.argv[2]))))
+    except Exception as error:
+        print(type(error).__name__, error)
 """
-    outs = []
-    for switch in ("off", "on"):
-        env = dict(os.environ, METALSLURM_JINJA_CODE_CACHE=switch,
-                   ANSIBLE_LOCAL_TEMP=str(tmp_path / switch))
-        proc = subprocess.run([sys.executable, "-c", probe, broken], capture_output=True,
-                              text=True, env=env, check=False, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append(proc.stdout)
-    assert outs[0] == outs[1]
-    assert "Syntax error in template" in outs[0] or "TemplateSyntaxError" in outs[0], outs[0]
+
+
+def render_one(tmp_path: Path, switch: str, kind: str, text: str, after: str = "") -> str:
+    env = dict(os.environ, METALSLURM_JINJA_CODE_CACHE=switch,
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / f"{switch}{after}"))
+    proc = subprocess.run([sys.executable, "-c", RENDER_ONE, kind, text, after],
+                          capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize(("kind", "broken"), [
+    *(("template", text) for text in ("{{ x + }}", "{% for %}", "{{ x | nosuchfilter }}")),
+    *(("conditional", text) for text in BROKEN_CONDITIONALS)])
+def test_an_error_reads_the_same(tmp_path, kind, broken):
+    off = render_one(tmp_path, "off", kind, broken)
+    on = render_one(tmp_path, "on", kind, broken)
+    assert on == off
+    first, second = off.splitlines()
+    assert first == second
+    assert "Error" in first, first
+
+
+@pytest.mark.parametrize(("kind", "text", "expected"), [
+    ("template", "{{ x + 41 }}", "42"), ("conditional", "x == 1 and true", "True")])
+def test_a_cache_that_cannot_be_written_changes_nothing(tmp_path, kind, text, expected):
+    # The run's directory removed under it (as a full disk would fail each write): the
+    # templates are compiled as Ansible does, nothing fails.
+    out = render_one(tmp_path, "on", kind, text, after="gone")
+    assert out.split() == [expected, expected]
 
 
 def test_the_key_holds_what_jinja_compiles_with():
@@ -185,7 +212,16 @@ def test_the_key_holds_what_jinja_compiles_with():
     assert jinja_code.key(env, "template", "{{ x }}") == plain
     assert jinja_code.key(env, "template", "{{ y }}") != plain
     assert jinja_code.key(env, "expression", "{{ x }}") != plain
-    assert jinja_code.key(env, "template", "{{ x }}", ("name.j2", None, False)) != plain
+    called = jinja_code.key(env, "template", "{{ x }}", (None, None, False))
+    for extra in (("name.j2", None, False), (None, "/roles/r/templates/name.j2", False),
+                  (None, None, True)):
+        assert jinja_code.key(env, "template", "{{ x }}", extra) != called
+    allowed = _jinja_bits._TemplateConfig.allow_embedded_templates
+    try:
+        _jinja_bits._TemplateConfig.allow_embedded_templates = not allowed
+        assert jinja_code.key(env, "template", "{{ x }}") != plain
+    finally:
+        _jinja_bits._TemplateConfig.allow_embedded_templates = allowed
     with _jinja_bits._TemplateCompileContext(escape_backslashes=True):
         assert jinja_code.key(env, "template", "{{ x }}") != plain
     other = env.overlay(variable_start_string="[%", variable_end_string="%]")
