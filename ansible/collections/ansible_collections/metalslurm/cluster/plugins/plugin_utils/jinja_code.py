@@ -35,6 +35,7 @@ one without the names the key reads (both pinned in constraints.txt).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -117,10 +118,8 @@ def _store(name: str, code: CodeType) -> None:
             marshal.dump(code, out)
         os.replace(partial, name, src_dir_fd=_directory_fd, dst_dir_fd=_directory_fd)
     except (OSError, ValueError):
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(partial, dir_fd=_directory_fd)
-        except OSError:
-            pass
         _directory_fd = None
 
 
