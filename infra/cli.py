@@ -29,6 +29,7 @@ from infra.stack.inputs import (
     parse_yaml_text,
 )
 from infra.stack.inventory import InventoryError
+from infra.stack.schema import ConfigError
 
 DEFAULT_STACK = Path("Pulumi.local.yaml")
 EXIT_INPUT = 2  # bad input, refused before anything was done
@@ -140,8 +141,25 @@ def cmd_topology_from_file(args: argparse.Namespace) -> int:
 def cmd_config_validate(args: argparse.Namespace) -> int:
     from infra.stack.config import config_summary
 
-    cfg = load_stack_file(args.stack_file, "STACK_FILE")
+    notes: list[str] = []
+    try:
+        cfg = load_stack_file(args.stack_file, "STACK_FILE")
+    except ConfigError as strict:
+        # A byo stack for 'metalslurm up' holds no secret (the key and the BMC credentials
+        # are files on its command line): valid, with what 'pulumi up' would still need.
+        from infra.ops.byo import SECRETS_AS_FILES
+        try:
+            cfg = load_stack_file(args.stack_file, "STACK_FILE",
+                                  secrets_given=SECRETS_AS_FILES)
+        except ConfigError:
+            raise strict from None
+        if cfg.provider != "byo":
+            raise
+        notes = strict.problems
     say(f"{args.stack_file}: valid. {config_summary(cfg)}")
+    for note in notes:
+        say(f"NOTE: for 'pulumi up' ('metalslurm up' takes --ssh-key and --bmc-credentials "
+            f"instead): {note}")
     return 0
 
 

@@ -45,8 +45,14 @@ BMC_WHAT = ("a JSON file mapping a node name or 'default' to {\"username\": ...,
             "\"password\": ...}")
 
 
+# Secrets 'pulumi up' reads from the stack (set with 'pulumi config set --secret') that this
+# path takes as files from the command line instead: a stack for it need not hold them.
+SECRETS_AS_FILES = ("sshPrivateKey", "bmcCredentials")
+
+
 def byo_stack(stack_file: Path) -> ClusterConfig:
-    cfg = load_stack_file(stack_file, "--stack", check_artifacts=True)
+    cfg = load_stack_file(stack_file, "--stack", check_artifacts=True,
+                          secrets_given=SECRETS_AS_FILES)
     if cfg.provider != "byo":
         raise ConfigError([f"metalslurm:provider is {cfg.provider!r}: 'metalslurm up' takes "
                            "byo stacks (existing servers); use 'pulumi up' for oci and "

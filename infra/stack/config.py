@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -532,7 +532,8 @@ def stack_keys(raw_config: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
                  base_dir: Path | None = None, value: str | None = None,
-                 check_artifacts: bool = True) -> ClusterConfig:
+                 check_artifacts: bool = True,
+                 secrets_given: Collection[str] = ()) -> ClusterConfig:
     """Parse the ``config:`` mapping of a stack file (keys ``metalslurm:<name>``).
 
     ``base_dir``: what relative paths in the config (the container artifacts' mirror) are
@@ -540,6 +541,9 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     ``source`` and ``value`` name the config in a :class:`ConfigError` (``--stack`` and
     the file). ``check_artifacts``: check the container artifacts kept on this machine (a
     mirror directory) too; commands that only reach a cluster that exists leave it off.
+    ``secrets_given``: secret keys the command line gives as files instead (``metalslurm up``
+    without the Pulumi engine: ``--ssh-key``, ``--bmc-credentials``), so the stack need not
+    hold them; the command checks its files itself.
     """
     c = Collector()
     given = stack_keys(raw_config)
@@ -570,7 +574,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
                                   base_dir, check_artifacts)
     configure = c.boolean(raw, "configure", key("configure"), False)
-    secrets = {k: c.secret_present(raw, k) for k in SECRET_KEYS}
+    secrets = {k: k in secrets_given or c.secret_present(raw, k) for k in SECRET_KEYS}
     if secrets["registryCredentials"] and containers.credentials_file:
         c.problem(key("registryCredentials"), f"and {key('containers')}.credentialsFile are "
                   "both set: keep one")
@@ -647,10 +651,12 @@ STACK_FILE = "the YAML stack config file (Pulumi.<stack>.yaml, with a 'config:' 
 
 
 def load_stack_file(path: str | Path, argument: str = "stack file",
-                    check_artifacts: bool = True) -> ClusterConfig:
+                    check_artifacts: bool = True,
+                    secrets_given: Collection[str] = ()) -> ClusterConfig:
     """Read a ``Pulumi.<stack>.yaml`` file and parse its ``config:`` section.
 
-    ``argument`` names where the file came from in every error (``--stack`` on the
+    ``secrets_given``: see :func:`parse_config`. ``argument`` names where the file came from
+    in every error (``--stack`` on the
     command line): a file that cannot be read as YAML text, or is not a mapping with a
     ``config:`` mapping, is an :class:`~infra.stack.inputs.InputError`; a config with problems a
     :class:`ConfigError` listing them all. A file without any ``metalslurm:`` key is
@@ -676,7 +682,8 @@ def load_stack_file(path: str | Path, argument: str = "stack file",
                             f"'{key('provider')}' (see Pulumi.example-local.yaml)"],
                            argument, str(path))
     return parse_config(config, source=argument, base_dir=path.resolve().parent,
-                        value=str(path), check_artifacts=check_artifacts)
+                        value=str(path), check_artifacts=check_artifacts,
+                        secrets_given=secrets_given)
 
 
 def config_summary(cfg: ClusterConfig) -> str:

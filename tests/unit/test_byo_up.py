@@ -14,6 +14,8 @@ import yaml
 
 from infra.cli import main
 from infra.ops import byo
+from infra.stack.config import load_stack_file
+from infra.stack.schema import ConfigError
 from infra.stack.state import StateDir
 from tests.paths import REPO
 
@@ -98,6 +100,48 @@ def test_an_unreachable_host_stops_up_before_anything_is_written(work, tmp_path,
            "198.51.100.20 port 22: Connection refused" in out
     assert "up stopped before changing anything" in out
     assert not (tmp_path / ".metalslurm").exists()
+
+
+def test_a_stack_for_up_holds_no_secret_while_pulumi_up_still_asks_for_them(
+        work, tmp_path, monkeypatch, capsys):
+    """Without the Pulumi engine the key and the BMC credentials are files on the command
+    line: a stack with neither secret in it is taken; the same stack under 'pulumi up' (its
+    parse) still needs them from 'pulumi config set --secret'."""
+    stack, key, bmc = work
+    doc = yaml.safe_load(stack.read_text())
+    del doc["config"]["metalslurm:sshPrivateKey"], doc["config"]["metalslurm:bmcCredentials"]
+    stack.write_text(yaml.safe_dump(doc))
+    fake_ssh(tmp_path, monkeypatch, "ssh: connect to host 198.51.100.20 port 22: "
+                                    "Connection refused")
+    rc, out, err = run(["up", "--stack", str(stack), "--ssh-key", str(key),
+                        "--bmc-credentials", str(bmc)], capsys)
+    assert (rc, err) == (1, ""), err
+    assert "FAIL ctl: bastion jump@198.51.100.20: unreachable" in out
+    with pytest.raises(ConfigError) as exc:
+        load_stack_file(stack)
+    assert [p.split(":")[1] for p in exc.value.problems] == ["sshPrivateKey", "bmcCredentials"]
+
+
+def test_config_validate_takes_such_a_stack_and_says_what_pulumi_up_would_need(work, capsys):
+    stack, _key, _bmc = work
+    doc = yaml.safe_load(stack.read_text())
+    del doc["config"]["metalslurm:sshPrivateKey"]
+    stack.write_text(yaml.safe_dump(doc))
+    rc, out, err = run(["config", "validate", str(stack)], capsys)
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{stack}: valid. cluster rented, provider byo")
+    assert lines[1:] == ["NOTE: for 'pulumi up' ('metalslurm up' takes --ssh-key and "
+                         "--bmc-credentials instead): metalslurm:sshPrivateKey: is required for "
+                         "provider byo: 'pulumi config set --secret metalslurm:sshPrivateKey < "
+                         "~/.ssh/id_ed25519'"]
+    # An oci stack has no such path: the key is still required.
+    oci = yaml.safe_load((REPO / "Pulumi.example-oci.yaml").read_text())
+    del oci["config"]["metalslurm:sshPrivateKey"]
+    stack.write_text(yaml.safe_dump(oci))
+    rc, out, err = run(["config", "validate", str(stack)], capsys)
+    assert (rc, out) == (2, "")
+    assert "metalslurm:sshPrivateKey: is required for provider oci" in err
 
 
 def test_the_inventory_names_the_key_and_the_secret_files_and_they_are_kept(work):

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.ops.byo import SECRETS_AS_FILES
 from infra.stack.config import TOP_KEYS, ConfigError, load_stack_file, parse_config
 from infra.stack.schema import NAMESPACE
 
@@ -80,7 +81,9 @@ def _cases(config: dict[str, Any], node: Any, path: Path_, base: Path
 @pytest.mark.parametrize("stack", STACKS, ids=lambda p: p.name)
 def test_a_wrong_type_at_any_key_is_a_config_error(stack):
     config = yaml.safe_load(stack.read_text())["config"]
-    parse_config(config, base_dir=stack.parent, check_artifacts=False)  # the stack is valid
+    # The stack is valid (a byo stack for 'metalslurm up' takes its secrets as files).
+    parse_config(config, base_dir=stack.parent, check_artifacts=False,
+                 secrets_given=SECRETS_AS_FILES)
     crashes = []
     tried = 0
     for document, path in _cases(config, config, (), stack.parent):
@@ -88,7 +91,7 @@ def test_a_wrong_type_at_any_key_is_a_config_error(stack):
             tried += 1
             try:
                 parse_config(_put(document, path, value), base_dir=stack.parent,
-                             check_artifacts=False)
+                             check_artifacts=False, secrets_given=SECRETS_AS_FILES)
             except ConfigError:
                 pass
             except Exception as exc:  # noqa: BLE001 - every other exception is the finding
