@@ -188,7 +188,7 @@ def _key(kind: str, entry: Any, key: str) -> Any:
 
 def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
     """The paths managed_state must read for ``wanted`` (a copy's source and an entry's
-    ``if_exists`` too), each once. Only those keys are read: no content is rendered."""
+    ``if_exists``, a block's too), each once. Only those keys are read: no content is rendered."""
     found: list[Any] = []
     for key, kind in (("files", "file"), ("directories", "directory"), ("links", "link"),
                       ("copies", "copy")):
@@ -196,6 +196,8 @@ def managed_paths(wanted: Mapping[str, Any]) -> list[str]:
             found += [_key(kind, entry, "path"), _key(kind, entry, "if_exists")]
             if kind == "copy":
                 found.append(_key(kind, entry, "src"))
+    # A block's text comes from managed_reads; where it applies, from here.
+    found += [_key("block", entry, "if_exists") for entry in wanted.get("blocks") or []]
     return list(dict.fromkeys(str(p) for p in found if p))
 
 

@@ -292,6 +292,23 @@ def test_an_entry_for_a_directory_the_node_may_lack_is_wanted_only_where_it_exis
     assert managed_drift({"paths": {}}, wanted) == ["/etc/cloud/cloud.cfg.d: not read"]
 
 
+def test_a_block_in_a_file_the_node_may_lack_has_it_read_and_applies_only_there():
+    """cloud-init's hosts template: its existence must be read (managed_paths), or the block
+    is 'not read' drift on every run, on a node with cloud-init and on one without."""
+    template = "/etc/cloud/templates/hosts.debian.tmpl"
+    wanted = {"blocks": [{**HOSTS_BLOCK, "path": template, "if_exists": template}]}
+    assert managed_paths(wanted) == [template]
+    assert FILTERS["managed_reads"](wanted) == [template]
+    assert managed_drift({"paths": {template: {"exists": False}}, "contents": {}}, wanted) == []
+    text = BLOCK_TEXTS["converged"]
+    assert managed_drift({"paths": {template: {"exists": True, "type": "file"}},
+                          "contents": {template: text}}, wanted) == []
+    assert managed_drift({"paths": {template: {"exists": True, "type": "file"}},
+                          "contents": {template: BLOCK_TEXTS["missing"]}}, wanted) == [
+        f"{template}: no block between '# BEGIN metalslurm cluster c1' and "
+        "'# END metalslurm cluster c1'"]
+
+
 class ContentUnread(dict):
     """A wanted entry whose content must not be read (Ansible renders a variable's value
     when it is read: listing the paths must not render the files)."""
