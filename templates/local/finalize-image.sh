@@ -11,7 +11,10 @@ systemctl enable metalslurm-fake-gpus.service metalslurm-ssh-hostkeys.service \
 systemctl mask systemd-modules-load.service getty@tty1.service console-getty.service \
     systemd-firstboot.service
 rm -f /etc/ssh/ssh_host_*
+# Each node makes its own machine-id at first boot: empty here, and no copy of the build's
+# under dbus (systemd would take that one, and every node of the image would share it).
 : > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > /etc/hosts
 mkdir -p /etc/metalslurm
 # The packaged slurmd goes to /usr/sbin/slurmd.real; /usr/sbin/slurmd (from rootfs/) starts
