@@ -160,6 +160,7 @@ def e2e_stack(file_name: str, lane: str = "a") -> Path:
 FAST_PATH_WRITES = (
     # common
     "Make every cluster node resolvable by name",
+    "Put the cluster's nodes into cloud-init's /etc/hosts template too",
     "List the cluster's shared paths for jobs",
     "Create the cluster users with the same UID on every node",
     "Record the users metalslurm made here (a user left out later is locked)",
@@ -221,6 +222,11 @@ def quoted(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 JOB_TIMEOUT = 240
+# A process that holds apt's lock for {seconds} s, as unattended-upgrades or cloud-init's
+# first apt run would (python3 is the holder the pre-flight names); prints its pid.
+HOLD_APT_LOCK = ("nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', "
+                 "'w'); fcntl.lockf(f, fcntl.LOCK_EX); time.sleep({seconds})\" "
+                 ">/dev/null 2>&1 & echo $!")
 POWER_LOG = "/var/log/slurm/metalslurm-power.log"
 # SuspendTime + SuspendTimeout of the Debian 13 stack + the power-saving pass, with margin.
 POWER_DOWN_WITHIN = 15 + 10 + 60

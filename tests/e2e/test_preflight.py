@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from tests.e2e.cluster import REPO, metalslurm
+from tests.e2e.cluster import HOLD_APT_LOCK, REPO, metalslurm
 
 NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
 DEPLOY = "msdeploy"  # the rented server's sudo user, made for these tests
@@ -231,13 +231,10 @@ def test_another_os_and_an_address_on_no_interface_are_refused(cluster, inventor
             "host with it, or set metalslurm:os to what every host runs") in fails
 
 
-HOLD_LOCK = ("nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', "
-             "'w'); fcntl.lockf(f, fcntl.LOCK_EX); time.sleep({seconds})\" "
-             ">/dev/null 2>&1 & echo $!")
 
 
 def test_the_apt_lock_holder_is_named_and_waited_for(cluster):
-    pid = cluster.on("gpu-002", HOLD_LOCK.format(seconds=120)).stdout.strip()
+    pid = cluster.on("gpu-002", HOLD_APT_LOCK.format(seconds=120)).stdout.strip()
     try:
         time.sleep(1)
         rc, table, fails, out = preflight(cluster.inventory)
@@ -249,7 +246,7 @@ def test_the_apt_lock_holder_is_named_and_waited_for(cluster):
     finally:
         cluster.on("gpu-002", f"kill {pid}", check=False)
     # A holder that ends within --lock-wait is waited for.
-    cluster.on("gpu-002", HOLD_LOCK.format(seconds=4))
+    cluster.on("gpu-002", HOLD_APT_LOCK.format(seconds=4))
     time.sleep(1)
     proc = metalslurm("preflight", "-i", str(cluster.inventory), "--lock-wait", "60",
                       timeout=300)
