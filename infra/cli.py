@@ -147,7 +147,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
     except ConfigError as strict:
         # A byo stack for 'metalslurm up' holds no secret (the key and the BMC credentials
         # are files on its command line): valid, with what 'pulumi up' would still need.
-        from infra.ops.byo import SECRETS_AS_FILES
+        from infra.stack.config import SECRETS_AS_FILES
         try:
             cfg = load_stack_file(args.stack_file, "STACK_FILE",
                                   secrets_given=SECRETS_AS_FILES)

@@ -13,7 +13,8 @@
 # b's modules: about half of the Debian 13 modules' time (the per-module figures the runs
 # print, with the CPU-seconds they keep the machine busy); a module that names lane a's
 # addresses stays in lane a. The look-alike rented servers' module (its own machines, no
-# Debian 13 cluster) runs last in lane b, after lane b's cluster is gone. Lane a prints as it goes; the others' logs follow it.
+# Debian 13 cluster) runs last in lane b, while lane b's idle cluster is still up (pytest
+# removes it at the session's end). Lane a prints as it goes; the others' logs follow it.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

@@ -24,7 +24,7 @@ from infra.ops.local import state_dir_for
 from infra.ops.output import phase, say
 from infra.ops.preflight import check, checked_lock_wait, checked_ssh_wait
 from infra.stack.byo_hosts import connection_vars, node_specs
-from infra.stack.config import ClusterConfig, load_stack_file
+from infra.stack.config import SECRETS_AS_FILES, ClusterConfig, load_stack_file
 from infra.stack.inputs import InputError, read_text_argument
 from infra.stack.inventory import make_inventory
 from infra.stack.schema import ConfigError
@@ -43,11 +43,6 @@ HEADER = ("# Written by 'metalslurm up' for a byo stack; regenerated on every ru
 SSH_KEY_WHAT = "the SSH private key file the hosts accept (e.g. ~/.ssh/id_ed25519)"
 BMC_WHAT = ("a JSON file mapping a node name or 'default' to {\"username\": ..., "
             "\"password\": ...}")
-
-
-# Secrets 'pulumi up' reads from the stack (set with 'pulumi config set --secret') that this
-# path takes as files from the command line instead: a stack for it need not hold them.
-SECRETS_AS_FILES = ("sshPrivateKey", "bmcCredentials")
 
 
 def byo_stack(stack_file: Path) -> ClusterConfig:

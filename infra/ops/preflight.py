@@ -631,7 +631,9 @@ def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str
     report.facts = facts
     check_host(report, facts, os_name, cidr, privileged, local)
     holders = lock_holders(facts)
-    deadline = time.monotonic() + lock_wait
+    held_at_first = bool(holders)
+    started = time.monotonic()
+    deadline = started + lock_wait
     while holders and time.monotonic() < deadline:
         time.sleep(LOCK_POLL_S)
         again = ssh.run(ssh.argv(host), PROBE)
@@ -644,7 +646,8 @@ def _probe_host(ssh: Ssh, host: Host, password: str | None, bastion_problem: str
                    "(unattended-upgrades, cloud-init and apt-daily end by themselves), or "
                    "stop it, then run again")
     else:
-        report.put("apt lock", "ok", "free")
+        report.put("apt lock", "ok", f"free after {time.monotonic() - started:.0f} s"
+                   if held_at_first else "free")
     return report
 
 

@@ -24,7 +24,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
 )
 
 from infra.ops.output import say
-from infra.stack.config import load_stack_file
+from infra.stack.config import SECRETS_AS_FILES, load_stack_file
 from infra.stack.inputs import InputError, read_text_argument
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,8 @@ def build(dest: Path, *, python: str | None, stack: Path,
     requirements = requirements or DEFAULT_REQUIREMENTS
     check_inputs(requirements, dest)
     python = check_python(python) if python else node_python(
-        load_stack_file(stack, "--stack", check_artifacts=False).os)
+        load_stack_file(stack, "--stack", check_artifacts=False,
+                        secrets_given=SECRETS_AS_FILES).os)
     say(f"==> wheelhouse {dest}: the wheels of {requirements} for Python {python}")
     fetched = fill_wheelhouse(dest, python, requirements)
     found = wheels(dest)

@@ -102,6 +102,9 @@ RESERVED_HOST_ADDRESSES = 9
 # Stack keys that hold secrets: set with 'pulumi config set --secret', so a stack file
 # holds them as {secure: v1:...}; the Pulumi program reads them with get_secret.
 SECRET_KEYS = ("sshPrivateKey", "bmcCredentials", "registryCredentials", "alertSecrets")
+# The secrets 'pulumi up' reads from the stack that 'metalslurm up' (a byo stack without the
+# engine) takes as files on its command line instead (--ssh-key, --bmc-credentials).
+SECRETS_AS_FILES = ("sshPrivateKey", "bmcCredentials")
 
 # The shared research cluster of the seed guide: a short debug queue (one node per job),
 # the default train queue, and a priority queue whose jobs preempt (requeue) train and
@@ -574,7 +577,8 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
                                   base_dir, check_artifacts)
     configure = c.boolean(raw, "configure", key("configure"), False)
-    secrets = {k: k in secrets_given or c.secret_present(raw, k) for k in SECRET_KEYS}
+    # secret_present first: a secret in plain text is refused whoever gives it as a file.
+    secrets = {k: c.secret_present(raw, k) or k in secrets_given for k in SECRET_KEYS}
     if secrets["registryCredentials"] and containers.credentials_file:
         c.problem(key("registryCredentials"), f"and {key('containers')}.credentialsFile are "
                   "both set: keep one")

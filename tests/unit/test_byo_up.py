@@ -144,6 +144,21 @@ def test_config_validate_takes_such_a_stack_and_says_what_pulumi_up_would_need(w
     assert "metalslurm:sshPrivateKey: is required for provider oci" in err
 
 
+def test_a_key_in_plain_text_in_the_stack_is_refused_by_up_and_by_validate(work, tmp_path,
+                                                                          monkeypatch, capsys):
+    stack, key, bmc = work
+    fake_ssh(tmp_path, monkeypatch, "must not be reached")
+    doc = yaml.safe_load(stack.read_text())
+    doc["config"]["metalslurm:sshPrivateKey"] = key.read_text()
+    stack.write_text(yaml.safe_dump(doc))
+    for argv in (["up", "--stack", str(stack), "--ssh-key", str(key), "--bmc-credentials",
+                  str(bmc)], ["config", "validate", str(stack)]):
+        rc, out, err = run(argv, capsys)
+        assert (rc, out) == (2, ""), argv
+        assert "metalslurm:sshPrivateKey: is a secret but is stored in plain text" in err
+    assert not (tmp_path / ".metalslurm").exists()
+
+
 def test_the_inventory_names_the_key_and_the_secret_files_and_they_are_kept(work):
     stack, key, bmc = work
     cfg = byo.byo_stack(stack)

@@ -19,8 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.ops.byo import SECRETS_AS_FILES
-from infra.stack.config import TOP_KEYS, ConfigError, load_stack_file, parse_config
+from infra.stack.config import (
+    SECRETS_AS_FILES,
+    TOP_KEYS,
+    ConfigError,
+    load_stack_file,
+    parse_config,
+)
 from infra.stack.schema import NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
