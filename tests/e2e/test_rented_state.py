@@ -118,7 +118,9 @@ def test_a_run_opens_exactly_the_cluster_s_traffic(cluster):
     assert result.ok, result.failures
     assert sorted(h for h, task in result.changed_tasks if task == OPEN_TASK) == sorted(NODES)
     assert ("login-001: cloud-init's hostname and /etc/hosts management turned off for "
-            f"good ({CLOUD_CFG}: preserve_hostname, manage_etc_hosts)") in result.notes
+            f"good ({CLOUD_CFG}: preserve_hostname, manage_etc_hosts; where the provider's "
+            "user-data turns manage_etc_hosts back on, its hosts template has the cluster's "
+            "names)") in result.notes
     assert [c.split(":")[0][:10] + c.split(":", 1)[1] for c in ours(cluster, "gpu-001")[:4]] == [
         "metalslurm replies to this host's own connections",
         "metalslurm ssh slurmd srun from the private network",
