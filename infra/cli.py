@@ -154,7 +154,7 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
         except ConfigError:
             raise strict from None
         if cfg.provider != "byo":
-            raise
+            raise strict from None
         notes = strict.problems
     say(f"{args.stack_file}: valid. {config_summary(cfg)}")
     for note in notes:

@@ -660,10 +660,10 @@ def load_stack_file(path: str | Path, argument: str = "stack file",
     """Read a ``Pulumi.<stack>.yaml`` file and parse its ``config:`` section.
 
     ``secrets_given``: see :func:`parse_config`. ``argument`` names where the file came from
-    in every error (``--stack`` on the
-    command line): a file that cannot be read as YAML text, or is not a mapping with a
-    ``config:`` mapping, is an :class:`~infra.stack.inputs.InputError`; a config with problems a
-    :class:`ConfigError` listing them all. A file without any ``metalslurm:`` key is
+    in every error (``--stack`` on the command line): a file that cannot be read as YAML
+    text, or is not a mapping with a ``config:`` mapping, is an
+    :class:`~infra.stack.inputs.InputError`; a config with problems a :class:`ConfigError`
+    listing them all. A file without any ``metalslurm:`` key is
     refused: it would silently describe the default cluster, which is never what a stack
     file that was meant for a real one wants. ``check_artifacts``: see :func:`parse_config`.
     """

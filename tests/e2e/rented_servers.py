@@ -114,10 +114,10 @@ class Machine:
         return "rent-" + hashlib.sha256(self.name.encode()).hexdigest()[:6]
 
 
-def podman(*args: str, check: bool = True, timeout: float = 600,
-           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, check: bool = True,
+           timeout: float = 600) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
-                          input=stdin, check=False)
+                          check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"podman {' '.join(args[:3])}… failed: {proc.stderr.strip()}")
     return proc
@@ -145,7 +145,6 @@ def ensure_rented_image(log=print) -> str:
         (Path(ctx) / "machine-hostname.service").write_text(HOSTNAME_UNIT)
         podman("build", "--quiet", "--tag", ref, ctx, timeout=1200)
     return ref
-
 
 
 def remove_leftovers() -> None:
