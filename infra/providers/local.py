@@ -66,6 +66,7 @@ LABEL = "metalslurm.cluster"
 # How long a new node's sshd may take to answer: seven systemd containers booting at once
 # on two busy cores (lint beside a second cluster's tests) took over 90 s.
 SSH_WAIT_SECONDS = 300
+LOCAL_CONNECT_TIMEOUT_S = 30
 ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's hard limits
 # How node containers are made; a node container made another way is made again. Version
 # 2: compute nodes get a private cgroup namespace, so the cgroup paths a job sees in
@@ -600,6 +601,10 @@ class LocalCluster:
         """How Ansible reaches the nodes, and how they share storage (inventory ``all`` vars)."""
         return {
             "ansible_user": "root",
+            # Mitogen's connection timeout covers SSH and its bootstrap: a node of one local
+            # cluster answering while another cluster's cold configure holds both cores took
+            # over Ansible's default 10 s in CI ("Connection timed out").
+            "ansible_ssh_timeout": LOCAL_CONNECT_TIMEOUT_S,
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_private_key_file": str(self.state.ssh_key.resolve()),
             "ansible_ssh_common_args": (

@@ -221,6 +221,30 @@ def quoted(text: str) -> str:
     """``text`` as one single-quoted shell word."""
     return "'" + text.replace("'", "'\\''") + "'"
 
+
+CONSOLE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def console(container: str, command: str,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """A shell command run as root in a node container's namespaces, as a provider's console
+    would: by nsenter, not 'podman exec'. A compute node's systemd (private cgroup
+    namespace, infra/providers/local.py's CONTAINER_SPEC) leaves the name=systemd cgroup
+    podman made for it, and any such systemd that shuts down (a node rebooted, a cluster
+    taken down, in any module) removes the other nodes' emptied ones: 'podman exec' into
+    them fails from then on ("error adding pid ... cgroup.procs: no such file")."""
+    inspect = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", container],
+                             capture_output=True, text=True, check=False, timeout=60)
+    pid = inspect.stdout.strip()
+    if inspect.returncode != 0 or not pid.isdigit() or pid == "0":
+        return subprocess.CompletedProcess(inspect.args, 125, "",
+                                           f"{container} is not running: {inspect.stderr}")
+    return subprocess.run(["nsenter", "--target", pid, "--all", "--", "/usr/bin/env", "-i",
+                           f"PATH={CONSOLE_PATH}", "HOME=/root", "LANG=C.UTF-8", "/bin/sh",
+                           "-c", command],
+                          capture_output=True, text=True, check=False, timeout=timeout)
+
+
 JOB_TIMEOUT = 240
 # A process that holds apt's lock for {seconds} s, as unattended-upgrades or cloud-init's
 # first apt run would (python3 is the holder the pre-flight names); prints its pid.

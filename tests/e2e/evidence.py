@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.cluster import POWER_LOG, REPO
+from tests.e2e.cluster import POWER_LOG, REPO, console
 
 EVIDENCE = REPO / ".metalslurm" / "e2e-evidence"
 # Each pytest run saves under its own directory: 'make test' runs two side by side.
@@ -50,6 +50,16 @@ def podman_output(*args: str, timeout: int = 30) -> str:
     return proc.stdout + proc.stderr
 
 
+def console_output(container: str, command: str) -> str:
+    """What ``command`` printed on a node (tests.e2e.cluster.console), or why it could not
+    run: saving evidence never fails."""
+    try:
+        proc = console(container, command, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{command[:40]}...: {exc}\n"
+    return proc.stdout + proc.stderr
+
+
 def save_evidence(nodeid: str) -> Path:
     """Write what the clusters that run now look like into one directory for ``nodeid``."""
     name = nodeid.replace("/", "_").replace("::", "__").replace("[", "_").replace("]", "")
@@ -65,11 +75,9 @@ def save_evidence(nodeid: str) -> Path:
             continue
         if name.endswith("-ctl"):
             for file_name, command in CONTROLLER_EVIDENCE.items():
-                (out / f"{name}-{file_name}").write_text(
-                    podman_output("exec", name, "sh", "-c", command))
+                (out / f"{name}-{file_name}").write_text(console_output(name, command))
         else:
-            (out / f"{name}-slurmd.txt").write_text(
-                podman_output("exec", name, "sh", "-c", NODE_EVIDENCE))
+            (out / f"{name}-slurmd.txt").write_text(console_output(name, NODE_EVIDENCE))
     return out
 
 

@@ -46,6 +46,7 @@ import yaml
 
 from infra.providers.images import ensure_image as ensure_node_image
 from infra.providers.local import ULIMITS
+from tests.e2e.cluster import console
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_REPO = "localhost/metalslurm-rented"
@@ -125,9 +126,9 @@ def podman(*args: str, check: bool = True,
 
 def on(machine: Machine | str, command: str, check: bool = True,
        timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """A shell command run as root on a machine, through podman (the provider's console)."""
+    """A shell command run as root on a machine, from outside it (the provider's console)."""
     name = machine if isinstance(machine, str) else machine.container
-    proc = podman("exec", name, "sh", "-c", command, check=False, timeout=timeout)
+    proc = console(name, command, timeout=timeout)
     if check:
         assert proc.returncode == 0, (name, command, proc.stdout, proc.stderr)
     return proc

@@ -248,7 +248,7 @@ def test_faults_are_refused_before_any_host_changes(stack):
 
 def slurm(command: str, host: str = "login-001", user: str | None = "alice",
           timeout: float = 300):
-    """A command on a host through podman, as ``user`` (root with None)."""
+    """A command on a host from its console (rented_servers.on), as ``user`` (root with None)."""
     if user:
         command = f"cd /home/{user} && runuser -u {user} -- {command}"
     return rs.on(BY_NAME[host], command, timeout=timeout)
