@@ -4,10 +4,20 @@ The controller's power programs (``roles/slurm_elastic``, driver ``local``) star
 inspect the elastic nodes' containers through podman's REST API. Podman runs as root on the
 host; its socket mounted into the controller would let anyone who can open it (root on the
 controller, SlurmUser) run any container with any host path: the host. The proxy listens on
-the socket the controller sees and passes on only the three calls the driver makes, for the
+the socket the controller sees and passes on only the calls the driver makes, for the
 containers named in an allow-list file on the host (the cluster's elastic nodes, rewritten by
 every ``local up``), plus ``/_ping``; anything else gets 403 and a one-line reason. Podman's
 own socket stays in a root-only directory the nodes do not mount.
+
+A node in ``launch-terminate`` mode has no container while it is powered down: the driver
+asks for it to be created (``POST .../containers/create?name=NAME``) and removed
+(``DELETE .../containers/NAME?force=true``). What is created is the allow file's spec for
+that name, never anything the caller sends: the controller names a node, the host decides
+its image, network, address and mounts.
+
+The allow file is JSON, ``{"containers": {NAME: {"mode": "start-stop"} | {"mode":
+"launch-terminate", "create": SPEC}}}`` (SPEC: podman's libpod create body); a file of one
+name a line (an older ``local up``'s) allows those names in ``start-stop`` mode.
 
 Run as ``python -m infra.providers.podman_proxy --listen SOCK --upstream SOCK --allow FILE``.
 """
@@ -22,20 +32,48 @@ import socket
 import socketserver
 import sys
 import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 # The calls LocalPodmanDriver makes (roles/slurm_elastic/.../drivers/local.py).
 _CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json|start|stop)"
                    r"(?:\?t=\d{1,4})?$")
 _VERBS = {"json": "GET", "start": "POST", "stop": "POST"}
+_CREATE = re.compile(r"^/v[0-9.]+/libpod/containers/create\?name=(?P<name>[^/&]+)$")
+_REMOVE = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)\?force=true$")
+START_STOP = "start-stop"
+LAUNCH_TERMINATE = "launch-terminate"
 MAX_BODY = 1 << 16
+API = "/v4.0.0/libpod"
 
 
-def refusal(method: str, path: str, allowed: frozenset[str]) -> str | None:
+@dataclass(frozen=True)
+class Allowed:
+    """One elastic node's container: how it is powered, and what is created for it."""
+    mode: str = START_STOP
+    create: Mapping[str, Any] | None = None
+
+
+def refusal(method: str, path: str, allowed: Mapping[str, Allowed]) -> str | None:
     """Why the request may not pass (None: it may)."""
     if method == "GET" and path in ("/_ping", "/v4.0.0/libpod/_ping"):
         return None
+    for pattern, verb, want in ((_CREATE, "create", "POST"), (_REMOVE, "remove", "DELETE")):
+        m = pattern.match(path)
+        if m:
+            if method != want:
+                return f"{method} is not how the power driver calls {verb}"
+            name = urllib.parse.unquote(m["name"])
+            node = allowed.get(name)
+            if node is None:
+                return f"container {name[:100]} is not an elastic node of this cluster"
+            if node.mode != LAUNCH_TERMINATE or node.create is None:
+                return (f"container {name[:100]} is powered by start and stop, never created "
+                        "or removed")
+            return None
     m = _CALL.match(path)
     if not m:
         return f"{method} {path[:200]} is not a call the power driver makes"
@@ -47,11 +85,39 @@ def refusal(method: str, path: str, allowed: frozenset[str]) -> str | None:
     return None
 
 
-def read_allowed(path: Path) -> frozenset[str]:
+def read_allowed(path: Path) -> dict[str, Allowed]:
+    """The allow file (JSON, or an older file's one name a line); nothing when unreadable."""
     try:
-        return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+        text = path.read_text()
     except OSError:
-        return frozenset()
+        return {}
+    if not text.lstrip().startswith("{"):
+        return {line.strip(): Allowed() for line in text.splitlines() if line.strip()}
+    try:
+        doc = json.loads(text)
+        return {str(name): Allowed(str(entry.get("mode", START_STOP)), entry.get("create"))
+                for name, entry in doc["containers"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def allow_file_text(containers: Mapping[str, Allowed]) -> str:
+    """What ``local up`` writes: the allow file for ``containers``."""
+    doc = {"containers": {name: ({"mode": a.mode} | ({"create": dict(a.create)}
+                                                     if a.create is not None else {}))
+                          for name, a in sorted(containers.items())}}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def upstream_request(method: str, path: str, body: bytes | None,
+                     allowed: Mapping[str, Allowed]) -> tuple[str, bytes | None]:
+    """The request podman gets for an allowed one: a create carries the allow file's spec for
+    the name, whatever the caller sent."""
+    m = _CREATE.match(path)
+    if m:
+        spec = allowed[urllib.parse.unquote(m["name"])].create
+        return f"{API}/containers/create", json.dumps(spec).encode()
+    return path, body
 
 
 class _Upstream(http.client.HTTPConnection):
@@ -77,10 +143,12 @@ def make_handler(upstream: str, allow_file: Path) -> type[BaseHTTPRequestHandler
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if body:  # a client that read an empty reply's headers may have gone already
+                self.wfile.write(body)
 
         def _handle(self) -> None:
-            why = refusal(self.command, self.path, read_allowed(allow_file))
+            allowed = read_allowed(allow_file)
+            why = refusal(self.command, self.path, allowed)
             if why is None and int(self.headers.get("Content-Length") or 0) > MAX_BODY:
                 why = "request body too large"
             if why is not None:
@@ -89,11 +157,12 @@ def make_handler(upstream: str, allow_file: Path) -> type[BaseHTTPRequestHandler
                             .encode(), "application/json")
                 return
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
+            path, body = upstream_request(self.command, self.path,
+                                          self.rfile.read(length) if length else None, allowed)
             stop = re.search(r"[?&]t=(\d+)", self.path)
             conn = _Upstream(upstream, timeout=float(stop[1]) + 60 if stop else 60)
             try:
-                conn.request(self.command, self.path, body=body,
+                conn.request(self.command, path, body=body,
                              headers={"Content-Type": "application/json"} if body else {})
                 reply = conn.getresponse()
                 data = reply.read()
@@ -124,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, type=Path, help="socket to serve")
     parser.add_argument("--upstream", required=True, help="podman's own socket")
     parser.add_argument("--allow", required=True, type=Path,
-                        help="file listing the container names the driver may act on")
+                        help="file naming the containers the driver may act on, and how")
     args = parser.parse_args(argv)
     args.listen.unlink(missing_ok=True)
     with Server(str(args.listen), make_handler(args.upstream, args.allow)) as server:

@@ -14,9 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from infra.providers.podman_proxy import Server, make_handler, refusal
+from infra.providers.podman_proxy import (
+    LAUNCH_TERMINATE,
+    Allowed,
+    Server,
+    allow_file_text,
+    make_handler,
+    read_allowed,
+    refusal,
+)
 
-ALLOWED = frozenset({"ms-e2e13-gpu-003", "ms-e2e13-gpu-004"})
+SPEC = {"name": "ms-e2e13-gpu-005", "image": "localhost/metalslurm-prepared:trixie-compute-x",
+        "mounts": [{"destination": "/etc/metalslurm", "source": "/srv/ms/node/gpu-005",
+                    "type": "bind", "options": ["ro"]}]}
+ALLOWED = {"ms-e2e13-gpu-003": Allowed(), "ms-e2e13-gpu-004": Allowed(),
+           "ms-e2e13-gpu-005": Allowed(LAUNCH_TERMINATE, SPEC)}
 
 
 @pytest.mark.parametrize(("method", "path"), [
@@ -25,6 +37,9 @@ ALLOWED = frozenset({"ms-e2e13-gpu-003", "ms-e2e13-gpu-004"})
     ("POST", "/v4.0.0/libpod/containers/ms-e2e13-gpu-003/start"),
     ("POST", "/v4.0.0/libpod/containers/ms-e2e13-gpu-004/stop?t=10"),
     ("POST", "/v4.0.0/libpod/containers/ms-e2e13-gpu-004/stop?t=0"),
+    ("POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-005"),
+    ("DELETE", "/v4.0.0/libpod/containers/ms-e2e13-gpu-005?force=true"),
+    ("POST", "/v4.0.0/libpod/containers/ms-e2e13-gpu-005/start"),
 ])
 def test_the_drivers_calls_for_an_elastic_node_pass(method, path):
     assert refusal(method, path, ALLOWED) is None
@@ -47,6 +62,20 @@ def test_the_drivers_calls_for_an_elastic_node_pass(method, path):
      "is not an elastic node of this cluster"),
     ("POST", "/v4.0.0/libpod/containers/ms-e2e13-gpu-003/stop?t=1&signal=KILL",
      "is not a call the power driver makes"),
+    ("POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-003",
+     "container ms-e2e13-gpu-003 is powered by start and stop, never created or removed"),
+    ("DELETE", "/v4.0.0/libpod/containers/ms-e2e13-gpu-004?force=true",
+     "container ms-e2e13-gpu-004 is powered by start and stop, never created or removed"),
+    ("POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-ctl",
+     "container ms-e2e13-ctl is not an elastic node of this cluster"),
+    ("DELETE", "/v4.0.0/libpod/containers/ms-e2e13-ctl?force=true",
+     "container ms-e2e13-ctl is not an elastic node of this cluster"),
+    ("POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-005&image=x",
+     "is not a call the power driver makes"),
+    ("GET", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-005",
+     "GET is not how the power driver calls create"),
+    ("DELETE", "/v4.0.0/libpod/containers/ms-e2e13-gpu-005?force=true&volumes=true",
+     "is not a call the power driver makes"),
 ])
 def test_anything_else_is_refused_with_a_reason(method, path, why):
     assert why in (refusal(method, path, ALLOWED) or "")
@@ -55,12 +84,15 @@ def test_anything_else_is_refused_with_a_reason(method, path, why):
 class _Podman(BaseHTTPRequestHandler):
     """Stand-in for podman's API: records each request, answers 204 or a JSON body."""
     seen: list[tuple[str, str]] = []
+    bodies: list[bytes] = []
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
     def _any(self) -> None:
         self.seen.append((self.command, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        self.bodies.append(self.rfile.read(length) if length else b"")
         body = json.dumps({"State": {"Running": True}}).encode() if self.path.endswith(
             "/json") else b""
         self.send_response(200 if body else 204)
@@ -80,14 +112,14 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return conn, ("unix", 0)
 
 
-def _ask(sock: Path, method: str, path: str) -> tuple[int, bytes]:
+def _ask(sock: Path, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
     class Conn(http.client.HTTPConnection):
         def connect(self) -> None:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.connect(str(sock))
 
     conn = Conn("localhost", timeout=10)
-    conn.request(method, path)
+    conn.request(method, path, body=body)
     reply = conn.getresponse()
     data = reply.read()
     conn.close()
@@ -97,6 +129,7 @@ def _ask(sock: Path, method: str, path: str) -> tuple[int, bytes]:
 @pytest.fixture
 def proxy(tmp_path):
     _Podman.seen = []
+    _Podman.bodies = []
     upstream, listen, allow = tmp_path / "podman.sock", tmp_path / "proxy.sock", tmp_path / "allow"
     allow.write_text("ms-e2e13-gpu-003\n")
     servers = [_UnixServer(str(upstream), _Podman),
@@ -135,3 +168,32 @@ def test_the_allow_list_is_read_on_every_request(proxy):
     allow.write_text("ms-e2e13-gpu-003\nms-e2e13-gpu-004\n")  # a pool grew; 'local up' again
     assert _ask(listen, "POST", path)[0] == 204
     assert _Podman.seen == [("POST", path)]
+
+
+def test_a_create_carries_the_hosts_spec_never_the_callers(proxy):
+    """The controller (root there, or SlurmUser) names a node; what podman creates (image,
+    mounts, address) is the allow file's spec for it."""
+    listen, allow = proxy
+    allow.write_text(allow_file_text({"ms-e2e13-gpu-005": Allowed(LAUNCH_TERMINATE, SPEC)}))
+    planted = json.dumps({"name": "ms-e2e13-gpu-005", "image": "evil",
+                          "mounts": [{"destination": "/host", "source": "/"}]}).encode()
+    status, _ = _ask(listen, "POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-005",
+                     planted)
+    assert status == 204
+    assert _Podman.seen == [("POST", "/v4.0.0/libpod/containers/create")]
+    assert json.loads(_Podman.bodies[0]) == SPEC
+    assert _ask(listen, "DELETE", "/v4.0.0/libpod/containers/ms-e2e13-gpu-005?force=true")[0] \
+        == 204
+    assert _Podman.seen[1] == ("DELETE", "/v4.0.0/libpod/containers/ms-e2e13-gpu-005?force=true")
+
+
+def test_the_allow_file_reads_back_and_an_older_one_still_reads(tmp_path):
+    allow = tmp_path / "allow"
+    allow.write_text(allow_file_text(ALLOWED))
+    assert read_allowed(allow) == ALLOWED
+    allow.write_text("ms-e2e13-gpu-003\n\nms-e2e13-gpu-004\n")
+    assert read_allowed(allow) == {"ms-e2e13-gpu-003": Allowed(), "ms-e2e13-gpu-004": Allowed()}
+    for broken in ("{", '{"containers": 3}', '{"other": {}}', ""):
+        allow.write_text(broken)
+        assert read_allowed(allow) == {}
+    assert read_allowed(tmp_path / "missing") == {}

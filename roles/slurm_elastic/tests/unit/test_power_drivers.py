@@ -66,6 +66,8 @@ class PodmanApi(BaseHTTPRequestHandler):
     machines: FileMachines
     dies: set[str] = set()
     requests: list[tuple[str, str]] = []
+    # Containers that do not exist (launch-terminate: made by create, gone after remove).
+    absent: set[str] = set()
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -87,9 +89,10 @@ class PodmanApi(BaseHTTPRequestHandler):
         prefix = "/v4.0.0/libpod/containers/"
         if not self.path.startswith(prefix):
             return None, ""
-        name, _, action = self.path[len(prefix):].partition("/")
+        rest = self.path[len(prefix):]
+        name, _, action = rest.partition("?" if self.command == "DELETE" else "/")
         state = json.loads(self.machines.path.read_text())
-        return (name if name in state else None), action
+        return (name if name in state and name not in self.absent else None), action
 
     def do_GET(self) -> None:
         name, action = self._container()
@@ -103,6 +106,13 @@ class PodmanApi(BaseHTTPRequestHandler):
                           "NetworkSettings": {"Networks": networks if running else {}}})
 
     def do_POST(self) -> None:
+        if self.path.startswith("/v4.0.0/libpod/containers/create?name="):
+            self.requests.append((self.command, self.path))
+            made = self.path.rsplit("=", 1)[1]
+            if made not in self.absent:
+                return self._reply(409, {"message": "name in use", "response": 409})
+            self.absent.discard(made)
+            return self._reply(201, {"Id": "c0ffee", "Warnings": []})
         name, action = self._container()
         if name is None:
             return self._reply(404, {"message": "no such container", "response": 404})
@@ -119,11 +129,21 @@ class PodmanApi(BaseHTTPRequestHandler):
             return self._reply(204)
         return self._reply(404, {"message": f"no action {action}", "response": 404})
 
+    def do_DELETE(self) -> None:
+        name, action = self._container()
+        if name is None or action != "force=true":
+            return self._reply(404, {"message": "no such container", "response": 404})
+        if self.machines.running(name):
+            self.machines.stop(name)
+        self.absent.add(name)
+        return self._reply(200, [{"Id": "c0ffee", "Err": None}])
+
 
 @pytest.fixture()
 def podman_api(tmp_path: Path, machines: FileMachines) -> Iterator[str]:
     sock = tmp_path / "podman.sock"
     PodmanApi.machines, PodmanApi.dies, PodmanApi.requests = machines, set(), []
+    PodmanApi.absent = set()
     server = socketserver.ThreadingUnixStreamServer(str(sock), PodmanApi)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -173,6 +193,40 @@ def test_local_container_that_exits_at_once_is_an_error(podman_api: str) -> None
     PodmanApi.dies = {NAMES[0]}
     result = make_driver("local", local_params(podman_api, NAMES[0]), {}).power_on(["n1"])["n1"]
     assert not result.ok and "exited right after start" in (result.error or "")
+
+
+def test_local_launch_terminate_creates_the_container_and_removes_it(
+        podman_api: str, machines: FileMachines) -> None:
+    """launch-terminate: no container while powered down; power on creates and starts it
+    (the host's proxy decides what is created), power off stops and removes it."""
+    PodmanApi.absent = {NAMES[0]}
+    driver = make_driver("local", local_params(podman_api, NAMES[0], network="ms-net",
+                                               mode="launch-terminate", stop_timeout=1), {})
+    assert (driver.status(["n1"])["n1"].ok, driver.status(["n1"])["n1"].power) == (True, OFF)
+    on = driver.power_on(["n1"])["n1"]
+    assert (on.ok, on.power, on.address) == (True, ON, "10.77.0.21")
+    assert PodmanApi.absent == set() and machines.running(NAMES[0])
+    off = driver.power_off(["n1"])["n1"]
+    assert (off.ok, off.power) == (True, OFF)
+    assert PodmanApi.absent == {NAMES[0]} and not machines.running(NAMES[0])
+    assert driver.power_off(["n1"], force=True)["n1"].ok  # gone already: still ok
+    assert driver.status(["n1"])["n1"].power == OFF
+    calls = [(m, p.removeprefix("/v4.0.0/libpod/containers/")) for m, p in PodmanApi.requests]
+    assert calls == [("GET", f"{NAMES[0]}/json")] * 2 + [
+        ("GET", f"{NAMES[0]}/json"), ("POST", f"create?name={NAMES[0]}"),
+        ("POST", f"{NAMES[0]}/start"), ("GET", f"{NAMES[0]}/json"),
+        ("POST", f"{NAMES[0]}/stop?t=1"), ("DELETE", f"{NAMES[0]}?force=true"),
+        ("POST", f"{NAMES[0]}/stop?t=0"), ("GET", f"{NAMES[0]}/json")]
+
+
+def test_local_launch_terminate_starts_a_container_left_from_a_failed_run(
+        podman_api: str, machines: FileMachines) -> None:
+    """A container that exists but is stopped (a suspend that stopped it and failed to remove
+    it) is started, not created again (the name is taken)."""
+    driver = make_driver("local", local_params(podman_api, NAMES[1], mode="launch-terminate"),
+                         {})
+    assert driver.power_on(["n1"])["n1"].ok and machines.running(NAMES[1])
+    assert not any("create" in p for _m, p in PodmanApi.requests)
 
 
 def test_local_without_podmans_api_is_an_error(tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ from typing import Any
 
 DEFAULT_CONFIG = "/etc/slurm/metalslurm-power.yaml"
 DRIVERS = ("local", "redfish", "ipmi", "oci")
+# How the local and oci drivers power a node: the first is each driver's default.
+POWER_MODES = ("start-stop", "launch-terminate")
 REQUIRED_PARAMS: dict[str, tuple[str, ...]] = {
     "local": ("container",),
     "redfish": ("endpoint",),
@@ -141,14 +143,17 @@ def _node_problems(name: str, params: Any) -> list[str]:
                 for key in REQUIRED_PARAMS[driver] if not params.get(key)]
     if driver == "oci":
         problems.extend(_oci_problems(name, params))
+    if driver == "local" and params.get("mode", POWER_MODES[0]) not in POWER_MODES:
+        problems.append(f"nodes.{name}.mode: {params['mode']!r} is not "
+                        f"{' or '.join(POWER_MODES)}")
     return problems
 
 
 def _oci_problems(name: str, params: dict[str, Any]) -> list[str]:
     """An oci node's mode, and the parameters that mode needs."""
-    mode = params.get("mode", "start-stop")
-    if mode not in ("start-stop", "launch-terminate"):
-        return [f"nodes.{name}.mode: {mode!r} is not start-stop or launch-terminate"]
+    mode = params.get("mode", POWER_MODES[0])
+    if mode not in POWER_MODES:
+        return [f"nodes.{name}.mode: {mode!r} is not {' or '.join(POWER_MODES)}"]
     need = ("instance_id",) if mode == "start-stop" else (
         "compartment_id", "availability_domain", "shape", "image_id", "subnet_id")
     return [f"nodes.{name}.{key}: required by oci mode {mode}"

@@ -1,7 +1,16 @@
 """local: podman's REST API over its unix socket (the local cluster's "machines" are containers).
 
 Node parameters: ``container`` (name), optional ``network`` (whose IP to report; default: the
-first one), ``socket`` (default /run/podman/podman.sock), ``stop_timeout`` (seconds, default 10).
+first one), ``socket`` (default /run/podman/podman.sock), ``stop_timeout`` (seconds, default 10),
+``mode``:
+
+- ``start-stop`` (default): the node's container exists while it is powered down; power on
+  starts it, power off stops it.
+- ``launch-terminate``: the node has no container while powered down; power on asks for it to
+  be created (the host's proxy creates it from the node's spec: the prepared image, its
+  address and mounts; infra/providers/podman_proxy.py) and starts it, power off stops and
+  removes it. A machine made anew each time, as a cloud's launched instance is.
+
 Standard library only (http.client over AF_UNIX).
 """
 
@@ -13,10 +22,12 @@ import socket
 import urllib.parse
 from typing import Any
 
+from ..config import POWER_MODES
 from .base import OFF, ON, NodeResult, PerNodeDriver
 
 DEFAULT_SOCKET = "/run/podman/podman.sock"
 API = "/v4.0.0/libpod"
+START_STOP, LAUNCH_TERMINATE = POWER_MODES
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -69,9 +80,14 @@ class LocalPodmanDriver(PerNodeDriver):
     def _container(self, node: str) -> str:
         return urllib.parse.quote(str(self.params[node]["container"]), safe="")
 
+    def _launched(self, node: str) -> bool:
+        return self.params[node].get("mode", START_STOP) == LAUNCH_TERMINATE
+
     def _inspect(self, node: str) -> NodeResult:
         status, data = podman_request(self._sock(node), "GET",
                                       f"/containers/{self._container(node)}/json")
+        if status == 404 and self._launched(node):
+            return NodeResult(node=node, ok=True, power=OFF)  # terminated: no machine
         if status != 200:
             return NodeResult.failed(node, _api_error(status, data))
         state = data.get("State", {})
@@ -87,6 +103,16 @@ class LocalPodmanDriver(PerNodeDriver):
                           address=address if running else None)
 
     def _start(self, node: str) -> NodeResult:
+        if self._launched(node):
+            status, data = podman_request(self._sock(node), "GET",
+                                          f"/containers/{self._container(node)}/json")
+            if status == 404:
+                status, data = podman_request(
+                    self._sock(node), "POST", f"/containers/create?name={self._container(node)}")
+                if status not in (200, 201):
+                    return NodeResult.failed(node, "create: " + _api_error(status, data))
+            elif status != 200:
+                return NodeResult.failed(node, _api_error(status, data))
         status, data = podman_request(self._sock(node), "POST",
                                       f"/containers/{self._container(node)}/start")
         if status not in (204, 304):  # 304: already running
@@ -101,8 +127,15 @@ class LocalPodmanDriver(PerNodeDriver):
         status, data = podman_request(self._sock(node), "POST",
                                       f"/containers/{self._container(node)}/stop?t={timeout}",
                                       timeout=timeout + 60)
+        if status == 404 and self._launched(node):
+            return NodeResult(node=node, ok=True, power=OFF)  # terminated already
         if status not in (204, 304):  # 304: already stopped
             return NodeResult.failed(node, _api_error(status, data))
+        if self._launched(node):
+            status, data = podman_request(self._sock(node), "DELETE",
+                                          f"/containers/{self._container(node)}?force=true")
+            if status not in (200, 204, 404):  # 404: removed meanwhile
+                return NodeResult.failed(node, "remove: " + _api_error(status, data))
         return NodeResult(node=node, ok=True, power=OFF)
 
     _on = _start
