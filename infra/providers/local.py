@@ -42,6 +42,7 @@ from infra.providers.host_ca import (
     host_extra_certificates,
     write_host_ca_dir,
 )
+from infra.providers.node_container import Mount, NodeContainer
 from infra.providers.podman import (
     PodmanError,
     containers,
@@ -396,26 +397,25 @@ class LocalCluster:
         node_dir.mkdir(parents=True, exist_ok=True)
         (node_dir / "node.env").write_text(node_env)
         (node_dir / "authorized_keys").write_text(public_key)
-        args = ["--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
-                "--label", f"metalslurm.spec={CONTAINER_SPEC}",
-                "--name", name, "--hostname", spec.name, "--no-hosts",
-                "--network", self.network_name, "--ip", spec.address,
-                "--label", f"{LABEL}={self.plan.cluster_name}",
-                "--label", f"metalslurm.node={spec.name}",
-                "--label", f"metalslurm.groups={','.join(spec.groups)}",
-                "-v", f"{node_dir.resolve()}:/etc/metalslurm:ro",
-                "-v", f"{self.state.host_ca.resolve()}:{NODE_HOST_CA_DIR}:ro"]
+        podman(*self.node_container(spec, image, mounts).run_args())
+
+    def node_container(self, spec: NodeSpec, image: str,
+                       mounts: list[tuple[Path, str]]) -> NodeContainer:
+        """The container of node ``spec``, with its node files and ``mounts``."""
         shared = {path for _d, path in self.bind_mounts()}
-        for host_dir, path in mounts:
-            # Users write to the shared paths: no set-uid program or device node there counts
-            # (as nfs_client mounts them on real clusters).
-            args += ["-v", f"{host_dir.resolve()}:{path}" + (":nosuid,nodev" if path in shared
-                                                             else "")]
-        for limit in ULIMITS:
-            args += ["--ulimit", limit]
-        if "slurm_compute" in spec.groups:
-            args.append("--cgroupns=private")
-        podman(*args, image, "/sbin/init")
+        return NodeContainer(
+            name=self.container(spec.name), image=image, hostname=spec.name,
+            network=self.network_name, address=spec.address,
+            labels={"metalslurm.spec": CONTAINER_SPEC, LABEL: self.plan.cluster_name,
+                    "metalslurm.node": spec.name, "metalslurm.groups": ",".join(spec.groups)},
+            mounts=(Mount(self.state.node_dir(spec.name).resolve(), "/etc/metalslurm", ("ro",)),
+                    Mount(self.state.host_ca.resolve(), NODE_HOST_CA_DIR, ("ro",)),
+                    # Users write to the shared paths: no set-uid program or device node
+                    # there counts (as nfs_client mounts them on real clusters).
+                    *(Mount(host_dir.resolve(), path,
+                            ("nosuid", "nodev") if path in shared else ())
+                      for host_dir, path in mounts)),
+            ulimits=ULIMITS, private_cgroupns="slurm_compute" in spec.groups)
 
     def running(self, node: str) -> bool:
         found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={node}"])

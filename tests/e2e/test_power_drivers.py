@@ -15,21 +15,29 @@ and removed by name at the end, whatever happened.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import bcrypt
 import pytest
 from metalslurm_power.drivers import make_driver
 from metalslurm_power.drivers.base import OFF, ON
+from metalslurm_power.drivers.local import _UnixHTTPConnection
 from power_helpers.servers import free_port, stop_process, tcp_port_answers, wait_until
 
+from infra.providers.local import ULIMITS
+from infra.providers.node_container import Mount, NodeContainer
+from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_text, make_handler
+from infra.providers.podman_proxy import Server as ProxyServer
 from tests.e2e import podman_machines
 from tests.e2e.cluster import REPO
 
@@ -211,3 +219,109 @@ def test_ipmi_wrong_password_is_an_error(ipmi_bmc: int, all_off: list[str]) -> N
     result = ipmi_driver(ipmi_bmc, password="wrong").power_on(["n3"])["n3"]
     assert not result.ok, result
     assert not podman_machines.running(all_off[2])
+
+
+# --- local, launch-terminate: a node's container made from the host's spec -----------------
+
+def _api(sock: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = _UnixHTTPConnection(sock, 60)
+    try:
+        conn.request(method, "/v4.0.0/libpod" + path,
+                     body=json.dumps(body).encode() if body is not None else None,
+                     headers={"Content-Type": "application/json", "Host": "d"})
+        reply = conn.getresponse()
+        data = reply.read()
+    finally:
+        conn.close()
+    return reply.status, json.loads(data) if data else None
+
+
+def _inspect(name: str) -> dict[str, Any]:
+    """What makes a container the one it is (podman inspect, without what names this one)."""
+    found = json.loads(podman_machines.podman("inspect", name).stdout)[0]
+    config, host = dict(found["Config"]), dict(found["HostConfig"])
+    for volatile in ("CreateCommand", "Annotations"):
+        config.pop(volatile, None)
+    # The same options, in another order.
+    host["Binds"] = sorted((src, dst, sorted(opts.split(",")))
+                           for src, dst, opts in (b.split(":") for b in host["Binds"] or []))
+    host.pop("LogConfig", None)
+    return {"Config": config, "HostConfig": host, "Image": found["ImageName"],
+            "Runtime": found["OCIRuntime"],
+            "Networks": sorted(found["NetworkSettings"]["Networks"])}
+
+
+@pytest.fixture(scope="module")
+def node_network() -> Iterator[str]:
+    net = "ms-bmc-test-net"
+    podman_machines.podman("network", "rm", "-f", net, check=False)
+    podman_machines.podman("network", "create", "--subnet", "10.79.251.0/24", net)
+    try:
+        yield net
+    finally:
+        podman_machines.podman("network", "rm", "-f", net, check=False)
+
+
+def _node(name: str, network: str, tmp_path: Path, address: str) -> NodeContainer:
+    for sub in ("node", "shared"):
+        (tmp_path / sub).mkdir(exist_ok=True)
+    return NodeContainer(
+        name=name, image=podman_machines.IMAGE, hostname="gpu-009", network=network,
+        address=address, labels={"metalslurm.node": "gpu-009", "metalslurm.cluster": "ms-t"},
+        mounts=(Mount(tmp_path / "node", "/etc/metalslurm", ("ro",)),
+                Mount(tmp_path / "shared", "/shared", ("nosuid", "nodev"))),
+        ulimits=ULIMITS, private_cgroupns=True, command=("/bin/sleep", "infinity"))
+
+
+def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
+        podman_socket: str, node_network: str, tmp_path: Path) -> None:
+    """infra/providers/node_container.py: the create body the proxy sends and the arguments
+    'local up' gives podman make the same container, at its own address."""
+    names = ["ms-bmc-test-cli", "ms-bmc-test-api"]
+    podman_machines.podman("rm", "-f", *names, check=False)
+    try:
+        podman_machines.podman(*_node(names[0], node_network, tmp_path, "10.79.251.5")
+                               .run_args("create"))
+        status, data = _api(podman_socket, "POST", "/containers/create",
+                            _node(names[1], node_network, tmp_path, "10.79.251.6").create_body())
+        assert status == 201, data
+        cli, api = _inspect(names[0]), _inspect(names[1])
+        assert cli == api
+        for name in names:
+            podman_machines.start(name)
+        assert [podman_machines.podman(
+            "inspect", "--format", f"{{{{(index .NetworkSettings.Networks \"{node_network}\")"
+            ".IPAddress}}", name).stdout.strip() for name in names] == ["10.79.251.5",
+                                                                       "10.79.251.6"]
+    finally:
+        podman_machines.podman("rm", "-f", *names, check=False)
+
+
+def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
+        podman_socket: str, node_network: str, tmp_path: Path) -> None:
+    """The driver names a node; the proxy (infra/providers/podman_proxy.py) creates it from
+    the host's spec, and removes it on power off: no container is left while it is off."""
+    name = "ms-bmc-test-launched"
+    podman_machines.podman("rm", "-f", name, check=False)
+    allow, listen = tmp_path / "allow", tmp_path / "proxy.sock"
+    node = _node(name, node_network, tmp_path, "10.79.251.9")
+    allow.write_text(allow_file_text({name: Allowed(LAUNCH_TERMINATE, node.create_body())}))
+    server = ProxyServer(str(listen), make_handler(podman_socket, allow))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    driver = make_driver("local", {"n1": {"driver": "local", "container": name,
+                                          "socket": str(listen), "network": node_network,
+                                          "mode": "launch-terminate", "stop_timeout": 1}}, {})
+    try:
+        assert (driver.status(["n1"])["n1"].ok, driver.status(["n1"])["n1"].power) == (True, OFF)
+        on = driver.power_on(["n1"])["n1"]
+        assert (on.ok, on.power, on.address) == (True, ON, "10.79.251.9"), on.error
+        assert podman_machines.running(name)
+        off = driver.power_off(["n1"])["n1"]
+        assert (off.ok, off.power) == (True, OFF), off.error
+        assert podman_machines.podman("container", "exists", name, check=False).returncode == 1
+        on = driver.power_on(["n1"])["n1"]  # made anew
+        assert (on.ok, on.power) == (True, ON), on.error
+    finally:
+        server.shutdown()
+        server.server_close()
+        podman_machines.podman("rm", "-f", name, check=False)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from infra.ops.local import stack_name, state_dir_for
+from infra.providers.host_ca import NODE_HOST_CA_DIR
 from infra.providers.local import (
     LocalCluster,
     LocalPlan,
@@ -140,3 +141,32 @@ def test_elastic_nodes_are_cloud_nodes_with_their_hardware_in_the_inventory(tmp_
     options = specs["gpu-002"].extra_vars["metalslurm_node_options"]
     assert {"Sockets", "CoresPerSocket", "ThreadsPerCore", "RealMemory"} <= set(options)
     assert specs["gpu-003"].power == {"driver": "local", "container": "metalslurm-gpu-003"}
+
+
+def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
+    """The node container description gives 'podman run' exactly the arguments it had before
+    it was one description with two renderings (infra/providers/node_container.py)."""
+    cfg = parse_config({"metalslurm:computePools": [
+        {"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 8}]})
+    cluster = local_cluster(cfg, tmp_path)
+    spec = cluster.plan.spec("gpu-001")
+    node_dir, ca = cluster.state.node_dir("gpu-001").resolve(), cluster.state.host_ca.resolve()
+    shared = [(d.resolve(), p) for d, p in cluster.bind_mounts()]
+    args = cluster.node_container(spec, "img:1", cluster.bind_mounts()).run_args()
+    assert args == [
+        "--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
+        "--name", "metalslurm-gpu-001", "--hostname", "gpu-001", "--no-hosts",
+        "--network", "metalslurm-net", "--ip", spec.address,
+        "--label", "metalslurm.spec=3", "--label", "metalslurm.cluster=metalslurm",
+        "--label", "metalslurm.node=gpu-001", "--label", "metalslurm.groups=slurm_compute",
+        "-v", f"{node_dir}:/etc/metalslurm:ro", "-v", f"{ca}:{NODE_HOST_CA_DIR}:ro",
+        *[a for d, p in shared for a in ("-v", f"{d}:{p}:nosuid,nodev")],
+        "--ulimit", "nofile=8192:8192", "--ulimit", "nproc=8192:8192",
+        "--cgroupns=private", "img:1", "/sbin/init"]
+    body = cluster.node_container(spec, "img:1", cluster.bind_mounts()).create_body()
+    assert (body["Networks"], body["cgroupns"], body["r_limits"][0]) == (
+        {"metalslurm-net": {"static_ips": [spec.address]}}, {"nsmode": "private"},
+        {"type": "nofile", "soft": 8192, "hard": 8192})
+    assert [(m["source"], m["destination"], m["options"]) for m in body["mounts"]][:2] == [
+        (str(node_dir), "/etc/metalslurm", ["rbind", "ro"]),
+        (str(ca), NODE_HOST_CA_DIR, ["rbind", "ro"])]
