@@ -433,8 +433,11 @@ class LocalCluster:
         """
         self._stop_unproxied_service()
         allow = self.state.root / "podman-proxy-allow"
-        allow.write_text("".join(f"{self.container(n)}\n" for n in self.plan.elastic_nodes))
-        allow.chmod(0o600)
+        # The proxy reads it on every request: it sees the old file or the new one.
+        fd, tmp = tempfile.mkstemp(dir=allow.parent, prefix=".podman-proxy-allow.")
+        with os.fdopen(fd, "w") as out:  # mkstemp: 0600
+            out.write("".join(f"{self.container(n)}\n" for n in self.plan.elastic_nodes))
+        os.replace(tmp, allow)
         api_dir = self.state.root / "podman-api"
         api = api_dir / "podman.sock"
         if not _podman_api_answers(api):

@@ -71,5 +71,7 @@ class NodeContainer:
             "mounts": [{"type": "bind", "source": str(m.source), "destination": m.destination,
                         "options": ["rbind", *m.options]} for m in self.mounts],
             "r_limits": limits,
-            "cgroupns": {"nsmode": "private" if self.private_cgroupns else "host"},
+            "httpproxy": True,  # the host's proxy variables, as 'podman run' passes them
+            # Otherwise podman's default, as 'podman run' without --cgroupns.
+            **({"cgroupns": {"nsmode": "private"}} if self.private_cgroupns else {}),
         }

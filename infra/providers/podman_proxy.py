@@ -40,7 +40,7 @@ from typing import Any
 
 # The calls LocalPodmanDriver makes (roles/slurm_elastic/.../drivers/local.py).
 _CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json|start|stop)"
-                   r"(?:\?t=\d{1,4})?$")
+                   r"(?:\?t=\d{1,3})?$")
 _VERBS = {"json": "GET", "start": "POST", "stop": "POST"}
 _CREATE = re.compile(r"^/v[0-9.]+/libpod/containers/create\?name=(?P<name>[^/&]+)$")
 _REMOVE = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)\?force=true$")
@@ -109,15 +109,25 @@ def allow_file_text(containers: Mapping[str, Allowed]) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def upstream_request(method: str, path: str, body: bytes | None,
-                     allowed: Mapping[str, Allowed]) -> tuple[str, bytes | None]:
+def body_refusal(length: str | None, transfer_encoding: str | None) -> str | None:
+    """Why a request's body may not be read (None: it may): a length of digits up to
+    MAX_BODY, never a chunked one (read until the caller stops: a root daemon held)."""
+    if transfer_encoding:
+        return "Transfer-Encoding is not accepted"
+    if length is not None and not (length.isdigit() and int(length) <= MAX_BODY):
+        return "request body too large or its length not a number"
+    return None
+
+
+def upstream_request(path: str, allowed: Mapping[str, Allowed]) -> tuple[str, bytes | None]:
     """The request podman gets for an allowed one: a create carries the allow file's spec for
-    the name, whatever the caller sent."""
+    the name (named so, whatever the spec says), never a body of the caller's."""
     m = _CREATE.match(path)
     if m:
-        spec = allowed[urllib.parse.unquote(m["name"])].create
-        return f"{API}/containers/create", json.dumps(spec).encode()
-    return path, body
+        name = urllib.parse.unquote(m["name"])
+        return f"{API}/containers/create", json.dumps(
+            {**(allowed[name].create or {}), "name": name}).encode()
+    return path, None
 
 
 class _Upstream(http.client.HTTPConnection):
@@ -134,6 +144,7 @@ class _Upstream(http.client.HTTPConnection):
 def make_handler(upstream: str, allow_file: Path) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
+        timeout = 30  # a caller that sends its request slowly, or never, holds no thread
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             sys.stderr.write("podman-proxy: " + (format % args) + "\n")
@@ -149,16 +160,20 @@ def make_handler(upstream: str, allow_file: Path) -> type[BaseHTTPRequestHandler
         def _handle(self) -> None:
             allowed = read_allowed(allow_file)
             why = refusal(self.command, self.path, allowed)
-            if why is None and int(self.headers.get("Content-Length") or 0) > MAX_BODY:
-                why = "request body too large"
+            if why is None:
+                why = body_refusal(self.headers.get("Content-Length"),
+                                   self.headers.get("Transfer-Encoding"))
             if why is not None:
                 self.log_message("refused %s %s: %s", self.command, self.path[:200], why)
                 self._reply(403, json.dumps({"message": f"metalslurm podman proxy: {why}"})
                             .encode(), "application/json")
                 return
+            # No call the driver makes needs a body of its own: what it sent is read off and
+            # dropped (a create gets the allow file's spec).
             length = int(self.headers.get("Content-Length") or 0)
-            path, body = upstream_request(self.command, self.path,
-                                          self.rfile.read(length) if length else None, allowed)
+            if length:
+                self.rfile.read(length)
+            path, body = upstream_request(self.path, allowed)
             stop = re.search(r"[?&]t=(\d+)", self.path)
             conn = _Upstream(upstream, timeout=float(stop[1]) + 60 if stop else 60)
             try:

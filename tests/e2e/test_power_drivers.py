@@ -240,8 +240,11 @@ def _inspect(name: str) -> dict[str, Any]:
     """What makes a container the one it is (podman inspect, without what names this one)."""
     found = json.loads(podman_machines.podman("inspect", name).stdout)[0]
     config, host = dict(found["Config"]), dict(found["HostConfig"])
-    for volatile in ("CreateCommand", "Annotations"):
-        config.pop(volatile, None)
+    config.pop("CreateCommand", None)  # how it was made: the CLI records its arguments
+    config["Env"] = sorted(config.get("Env") or [])  # podman lists them in any order
+    # The CLI notes that it gave no terminal; the API leaves it out.
+    config["Annotations"] = {k: v for k, v in (config.get("Annotations") or {}).items()
+                             if k != "io.kubernetes.cri-o.TTY"}
     # The same options, in another order.
     host["Binds"] = sorted((src, dst, sorted(opts.split(",")))
                            for src, dst, opts in (b.split(":") for b in host["Binds"] or []))
@@ -262,7 +265,8 @@ def node_network() -> Iterator[str]:
         podman_machines.podman("network", "rm", "-f", net, check=False)
 
 
-def _node(name: str, network: str, tmp_path: Path, address: str) -> NodeContainer:
+def _node(name: str, network: str, tmp_path: Path, address: str,
+          compute: bool = True) -> NodeContainer:
     for sub in ("node", "shared"):
         (tmp_path / sub).mkdir(exist_ok=True)
     return NodeContainer(
@@ -270,20 +274,22 @@ def _node(name: str, network: str, tmp_path: Path, address: str) -> NodeContaine
         address=address, labels={"metalslurm.node": "gpu-009", "metalslurm.cluster": "ms-t"},
         mounts=(Mount(tmp_path / "node", "/etc/metalslurm", ("ro",)),
                 Mount(tmp_path / "shared", "/shared", ("nosuid", "nodev"))),
-        ulimits=ULIMITS, private_cgroupns=True, command=("/bin/sleep", "infinity"))
+        ulimits=ULIMITS, private_cgroupns=compute, command=("/bin/sleep", "infinity"))
 
 
+@pytest.mark.parametrize("compute", [True, False], ids=["compute", "controller"])
 def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
-        podman_socket: str, node_network: str, tmp_path: Path) -> None:
+        podman_socket: str, node_network: str, tmp_path: Path, compute: bool) -> None:
     """infra/providers/node_container.py: the create body the proxy sends and the arguments
     'local up' gives podman make the same container, at its own address."""
     names = ["ms-bmc-test-cli", "ms-bmc-test-api"]
     podman_machines.podman("rm", "-f", *names, check=False)
     try:
-        podman_machines.podman(*_node(names[0], node_network, tmp_path, "10.79.251.5")
-                               .run_args("create"))
+        podman_machines.podman(*_node(names[0], node_network, tmp_path, "10.79.251.5",
+                                      compute).run_args("create"))
         status, data = _api(podman_socket, "POST", "/containers/create",
-                            _node(names[1], node_network, tmp_path, "10.79.251.6").create_body())
+                            _node(names[1], node_network, tmp_path, "10.79.251.6",
+                                  compute).create_body())
         assert status == 201, data
         cli, api = _inspect(names[0]), _inspect(names[1])
         assert cli == api

@@ -19,6 +19,7 @@ from infra.providers.podman_proxy import (
     Allowed,
     Server,
     allow_file_text,
+    body_refusal,
     make_handler,
     read_allowed,
     refusal,
@@ -197,3 +198,29 @@ def test_the_allow_file_reads_back_and_an_older_one_still_reads(tmp_path):
         allow.write_text(broken)
         assert read_allowed(allow) == {}
     assert read_allowed(tmp_path / "missing") == {}
+
+
+@pytest.mark.parametrize(("length", "encoding", "why"), [
+    ("-1", None, "request body too large or its length not a number"),
+    ("abc", None, "request body too large or its length not a number"),
+    (str(1 << 20), None, "request body too large or its length not a number"),
+    (None, "chunked", "Transfer-Encoding is not accepted"),
+])
+def test_a_body_that_could_hold_the_proxy_is_refused(length, encoding, why):
+    assert body_refusal(length, encoding) == why
+
+
+def test_a_body_of_a_known_length_is_read(tmp_path):
+    assert body_refusal("12", None) is None
+    assert body_refusal(None, None) is None
+
+
+def test_a_create_makes_the_allowed_name_whatever_its_spec_says(proxy):
+    """A spec naming another container (or none) still makes the allowed one: the driver can
+    find and remove what it made."""
+    listen, allow = proxy
+    allow.write_text(allow_file_text({"ms-e2e13-gpu-005": Allowed(
+        LAUNCH_TERMINATE, {**SPEC, "name": "ms-e2e13-ctl"})}))
+    assert _ask(listen, "POST", "/v4.0.0/libpod/containers/create?name=ms-e2e13-gpu-005")[0] \
+        == 204
+    assert json.loads(_Podman.bodies[0])["name"] == "ms-e2e13-gpu-005"

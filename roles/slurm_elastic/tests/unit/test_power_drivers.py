@@ -68,6 +68,7 @@ class PodmanApi(BaseHTTPRequestHandler):
     requests: list[tuple[str, str]] = []
     # Containers that do not exist (launch-terminate: made by create, gone after remove).
     absent: set[str] = set()
+    failing_stop: set[str] = set()  # answer 500 to their stop
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -123,6 +124,8 @@ class PodmanApi(BaseHTTPRequestHandler):
                 self.machines.start(name)
             return self._reply(204)
         if action.startswith("stop"):
+            if name in self.failing_stop:
+                return self._reply(500, {"message": "stop timed out", "response": 500})
             if not self.machines.running(name):
                 return self._reply(304)
             self.machines.stop(name)
@@ -143,7 +146,7 @@ class PodmanApi(BaseHTTPRequestHandler):
 def podman_api(tmp_path: Path, machines: FileMachines) -> Iterator[str]:
     sock = tmp_path / "podman.sock"
     PodmanApi.machines, PodmanApi.dies, PodmanApi.requests = machines, set(), []
-    PodmanApi.absent = set()
+    PodmanApi.absent, PodmanApi.failing_stop = set(), set()
     server = socketserver.ThreadingUnixStreamServer(str(sock), PodmanApi)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -216,17 +219,33 @@ def test_local_launch_terminate_creates_the_container_and_removes_it(
         ("GET", f"{NAMES[0]}/json"), ("POST", f"create?name={NAMES[0]}"),
         ("POST", f"{NAMES[0]}/start"), ("GET", f"{NAMES[0]}/json"),
         ("POST", f"{NAMES[0]}/stop?t=1"), ("DELETE", f"{NAMES[0]}?force=true"),
-        ("POST", f"{NAMES[0]}/stop?t=0"), ("GET", f"{NAMES[0]}/json")]
+        ("POST", f"{NAMES[0]}/stop?t=0"), ("DELETE", f"{NAMES[0]}?force=true"),
+        ("GET", f"{NAMES[0]}/json")]
 
 
-def test_local_launch_terminate_starts_a_container_left_from_a_failed_run(
+def test_local_launch_terminate_makes_anew_a_container_left_from_a_failed_run(
         podman_api: str, machines: FileMachines) -> None:
-    """A container that exists but is stopped (a suspend that stopped it and failed to remove
-    it) is started, not created again (the name is taken)."""
+    """A container that exists but is stopped (a power off whose remove failed) is removed
+    and made again from the host's current spec, never started as it was."""
     driver = make_driver("local", local_params(podman_api, NAMES[1], mode="launch-terminate"),
                          {})
     assert driver.power_on(["n1"])["n1"].ok and machines.running(NAMES[1])
-    assert not any("create" in p for _m, p in PodmanApi.requests)
+    calls = [(m, p.removeprefix("/v4.0.0/libpod/containers/")) for m, p in PodmanApi.requests]
+    assert calls == [("GET", f"{NAMES[1]}/json"), ("DELETE", f"{NAMES[1]}?force=true"),
+                     ("POST", f"create?name={NAMES[1]}"), ("POST", f"{NAMES[1]}/start"),
+                     ("GET", f"{NAMES[1]}/json")]
+
+
+def test_local_launch_terminate_removes_even_when_the_stop_fails(
+        podman_api: str, machines: FileMachines) -> None:
+    PodmanApi.dies = set()
+    machines.start(NAMES[2])
+    PodmanApi.failing_stop = {NAMES[2]}
+    driver = make_driver("local", local_params(podman_api, NAMES[2], mode="launch-terminate"),
+                         {})
+    off = driver.power_off(["n1"])["n1"]
+    assert (off.ok, off.power) == (True, OFF)
+    assert NAMES[2] in PodmanApi.absent and not machines.running(NAMES[2])
 
 
 def test_local_without_podmans_api_is_an_error(tmp_path: Path) -> None:

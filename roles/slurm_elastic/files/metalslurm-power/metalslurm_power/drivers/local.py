@@ -104,15 +104,9 @@ class LocalPodmanDriver(PerNodeDriver):
 
     def _start(self, node: str) -> NodeResult:
         if self._launched(node):
-            status, data = podman_request(self._sock(node), "GET",
-                                          f"/containers/{self._container(node)}/json")
-            if status == 404:
-                status, data = podman_request(
-                    self._sock(node), "POST", f"/containers/create?name={self._container(node)}")
-                if status not in (200, 201):
-                    return NodeResult.failed(node, "create: " + _api_error(status, data))
-            elif status != 200:
-                return NodeResult.failed(node, _api_error(status, data))
+            made = self._launch(node)
+            if made is not None:
+                return made
         status, data = podman_request(self._sock(node), "POST",
                                       f"/containers/{self._container(node)}/start")
         if status not in (204, 304):  # 304: already running
@@ -122,20 +116,44 @@ class LocalPodmanDriver(PerNodeDriver):
             return NodeResult.failed(node, "container exited right after start")
         return result
 
+    def _launch(self, node: str) -> NodeResult | None:
+        """launch-terminate: make the node's machine anew (None: made, or running already).
+        A stopped one left by a failed power off is removed first: a launched machine is
+        always the host's current spec, never an older one started again."""
+        status, data = podman_request(self._sock(node), "GET",
+                                      f"/containers/{self._container(node)}/json")
+        if status == 200:
+            if (data.get("State") or {}).get("Running"):
+                return None
+            gone = self._remove(node)
+            if gone is not None:
+                return gone
+        elif status != 404:
+            return NodeResult.failed(node, _api_error(status, data))
+        status, data = podman_request(self._sock(node), "POST",
+                                      f"/containers/create?name={self._container(node)}")
+        if status not in (200, 201, 409):  # 409: another power on made it meanwhile
+            return NodeResult.failed(node, "create: " + _api_error(status, data))
+        return None
+
+    def _remove(self, node: str) -> NodeResult | None:
+        status, data = podman_request(self._sock(node), "DELETE",
+                                      f"/containers/{self._container(node)}?force=true")
+        if status not in (200, 204, 404):  # 404: not there (any more)
+            return NodeResult.failed(node, "remove: " + _api_error(status, data))
+        return None
+
     def _stop(self, node: str, force: bool) -> NodeResult:
         timeout = 0 if force else int(self.params[node].get("stop_timeout", 10))
         status, data = podman_request(self._sock(node), "POST",
                                       f"/containers/{self._container(node)}/stop?t={timeout}",
                                       timeout=timeout + 60)
-        if status == 404 and self._launched(node):
-            return NodeResult(node=node, ok=True, power=OFF)  # terminated already
+        if self._launched(node):
+            # Removed whether or not the stop went well: a forced remove kills what is left.
+            gone = self._remove(node)
+            return gone or NodeResult(node=node, ok=True, power=OFF)
         if status not in (204, 304):  # 304: already stopped
             return NodeResult.failed(node, _api_error(status, data))
-        if self._launched(node):
-            status, data = podman_request(self._sock(node), "DELETE",
-                                          f"/containers/{self._container(node)}?force=true")
-            if status not in (200, 204, 404):  # 404: removed meanwhile
-                return NodeResult.failed(node, "remove: " + _api_error(status, data))
         return NodeResult(node=node, ok=True, power=OFF)
 
     _on = _start
