@@ -51,6 +51,7 @@ from infra.providers.podman import (
     podman_path,
     remove_containers,
 )
+from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_text
 from infra.providers.prepared import kind_of
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import (
@@ -153,7 +154,9 @@ def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
                 name=name, address=str(hosts[index]), groups=("slurm_compute",),
                 gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                 node_state="cloud" if name in elastic else "static",
-                power={"driver": "local", "container": container_name(cfg.cluster_name, name)}))
+                power={"driver": "local", "container": container_name(cfg.cluster_name, name)}
+                | ({"mode": LAUNCH_TERMINATE} if name in elastic
+                   and cfg.local.elastic_mode == LAUNCH_TERMINATE else {})))
             index += 1
     return specs + login_specs(cfg)
 
@@ -291,6 +294,12 @@ class LocalCluster:
     def specs(self) -> list[NodeSpec]:
         return list(self.plan.specs)
 
+    @staticmethod
+    def launched(spec: NodeSpec) -> bool:
+        """An elastic node the power driver makes anew on resume (launch-terminate): it has
+        no container while powered down, and ``up`` makes none."""
+        return spec.node_state == "cloud" and (spec.power or {}).get("mode") == LAUNCH_TERMINATE
+
     def bind_mounts(self) -> list[tuple[Path, str]]:
         """(host directory, node path) for every shared path in host-bind mode."""
         if self.plan.shared_storage != "host-bind":
@@ -331,9 +340,11 @@ class LocalCluster:
         key = self.state.ssh_key
         key.parent.mkdir(parents=True, exist_ok=True)
         key.parent.chmod(0o700)
-        if not key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            f"metalslurm-{self.plan.cluster_name}", "-f", str(key)], check=True)
+        for path, comment in ((key, f"metalslurm-{self.plan.cluster_name}"),
+                              (self.state.join_key, f"metalslurm-join-{self.plan.cluster_name}")):
+            if not path.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
+                                "-f", str(path)], check=True)
 
     def ensure_shared_dirs(self) -> None:
         """One host directory per shared path (host-bind mode): /home 0755, others 1777."""
@@ -361,23 +372,45 @@ class LocalCluster:
                       f'"{self.network_name}").IPAddress}}}}', name, check=False)
         return proc.stdout.strip() or None if proc.returncode == 0 else None
 
-    def create_node(self, spec: NodeSpec, image: str) -> None:
-        """Start one node container (or leave a running one as it is)."""
-        name = self.container(spec.name)
-        found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={spec.name}"])
-        node_dir = self.state.node_dir(spec.name)
+    def node_mounts(self, spec: NodeSpec) -> list[tuple[Path, str]]:
+        """(host directory, node path) mounted into ``spec``'s container besides its files."""
         mounts = self.bind_mounts()
         if "slurm_controller" in spec.groups and self.has_elastic_nodes:
             # The power programs on the controller start and stop elastic node containers
             # through podman's REST API (the socket's directory, mounted at /run/podman).
             mounts = [*mounts, (self.state.podman_socket_dir, "/run/podman")]
+        return mounts
+
+    def node_files(self, spec: NodeSpec) -> tuple[str, str]:
+        """The node's own files (node.env, authorized_keys), as its container sees them."""
         # The host's CAs are part of the node's files: a node is made again when they change.
         self.state.host_ca.mkdir(parents=True, exist_ok=True)
         node_env = (f"METALSLURM_FAKE_GPUS={spec.gpu_count}\n"
-                    f"METALSLURM_SHARED={','.join(p for _d, p in mounts)}\n"
+                    f"METALSLURM_SHARED={','.join(p for _d, p in self.node_mounts(spec))}\n"
                     f"METALSLURM_HOST_CA={host_ca_digest(self.state.host_ca)}\n")
-        public_key = self.state.ssh_key.with_suffix(".pub").read_text()
+        keys = self.state.ssh_key.with_suffix(".pub").read_text()
+        if self.launched(spec):
+            # The controller's join key: a machine made anew is configured from there.
+            keys += self.state.join_key.with_suffix(".pub").read_text()
+        return node_env, keys
+
+    def create_node(self, spec: NodeSpec, image: str) -> None:
+        """Start one node container (or leave a running one as it is). A launch-terminate
+        elastic node gets its files only: the power driver makes its container."""
+        name = self.container(spec.name)
+        found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={spec.name}"])
+        node_dir = self.state.node_dir(spec.name)
+        mounts = self.node_mounts(spec)
+        node_env, public_key = self.node_files(spec)
         current = (_read(node_dir / "node.env"), _read(node_dir / "authorized_keys"))
+        if self.launched(spec):
+            if current != (node_env, public_key):
+                node_dir.mkdir(parents=True, exist_ok=True)
+                (node_dir / "node.env").write_text(node_env)
+                (node_dir / "authorized_keys").write_text(public_key)
+            if found and found[0].get("State") != "running":
+                remove_containers([name])  # powered down: no machine (made again on resume)
+            return
         made_as = (found[0].get("Labels") or {}).get("metalslurm.spec") if found else None
         moved = bool(found) and self.container_address(name) not in (None, spec.address)
         if found and current == (node_env, public_key) and made_as == CONTAINER_SPEC \
@@ -421,7 +454,30 @@ class LocalCluster:
         found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={node}"])
         return bool(found) and found[0].get("State") == "running"
 
-    def ensure_podman_service(self) -> None:
+    def write_allow_file(self, image_of: Callable[[NodeSpec], str] | None = None) -> None:
+        """The proxy's allow file: the elastic nodes, and for a launch-terminate one the
+        container the proxy creates for it (from the image ``image_of`` names). Without
+        launch-terminate nodes, one name a line (the format an older proxy reads)."""
+        elastic = [s for s in self.specs() if s.node_state == "cloud"]
+        if any(self.launched(s) for s in elastic):
+            if image_of is None:
+                raise LocalProviderError("launch-terminate nodes need their image to be known")
+            text = allow_file_text({self.container(s.name): Allowed(
+                LAUNCH_TERMINATE, self.node_container(s, image_of(s), self.node_mounts(s))
+                .create_body()) if self.launched(s) else Allowed() for s in elastic})
+        else:
+            text = "".join(f"{self.container(s.name)}\n" for s in elastic)
+        # The proxy reads it on every request: it sees the old file or the new one.
+        fd, tmp = tempfile.mkstemp(dir=self.allow_file.parent, prefix=".podman-proxy-allow.")
+        with os.fdopen(fd, "w") as out:  # mkstemp: 0600
+            out.write(text)
+        os.replace(tmp, self.allow_file)
+
+    @property
+    def allow_file(self) -> Path:
+        return self.state.root / "podman-proxy-allow"
+
+    def ensure_podman_service(self, image_of: Callable[[NodeSpec], str] | None = None) -> None:
         """Run ``podman system service`` for the power programs, behind the proxy that
         passes on only the power driver's calls for this cluster's elastic nodes
         (infra/providers/podman_proxy.py), unless both already answer.
@@ -432,12 +488,7 @@ class LocalCluster:
         runs the power programs as SlurmUser, GID 64030 on every node).
         """
         self._stop_unproxied_service()
-        allow = self.state.root / "podman-proxy-allow"
-        # The proxy reads it on every request: it sees the old file or the new one.
-        fd, tmp = tempfile.mkstemp(dir=allow.parent, prefix=".podman-proxy-allow.")
-        with os.fdopen(fd, "w") as out:  # mkstemp: 0600
-            out.write("".join(f"{self.container(n)}\n" for n in self.plan.elastic_nodes))
-        os.replace(tmp, allow)
+        self.write_allow_file(image_of)
         api_dir = self.state.root / "podman-api"
         api = api_dir / "podman.sock"
         if not _podman_api_answers(api):
@@ -457,7 +508,7 @@ class LocalCluster:
         self._start_daemon("podman-proxy", [
             sys.executable, "-m", "infra.providers.podman_proxy", "--listen",
             str(sock.resolve()), "--upstream", str(api.resolve()), "--allow",
-            str(allow.resolve())], sock)
+            str(self.allow_file.resolve())], sock)
         os.chown(sock, 0, SLURM_GID)
         sock.chmod(0o660)
 
@@ -499,7 +550,7 @@ class LocalCluster:
         failed half-way leaves some), so this run configures them, and pause the power
         reconciler meanwhile (it would take them for orphans); the playbook's last play
         starts it again."""
-        todo = [s for s in self.specs() if s.node_state == "cloud"
+        todo = [s for s in self.specs() if s.node_state == "cloud" and not self.launched(s)
                 and not self._configured_marker(s.name).exists() and not self.running(s.name)]
         if not todo:
             return []
@@ -584,21 +635,23 @@ class LocalCluster:
         self.ensure_host_ca()
         self.ensure_network()
         if self.has_elastic_nodes:
-            self.ensure_podman_service()
+            self.ensure_podman_service(lambda s: (images or {}).get(kind_of(s.groups), image))
         self.remove_nodes_not_in(specs)
         known = {line.split(",", 1)[0]: line for line in
                  (_read(self.state.known_hosts) or "").splitlines() if "," in line}
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
             list(pool.map(lambda s: self.create_node(
                 s, (images or {}).get(kind_of(s.groups), image)), specs))
-            # A powered-down elastic node keeps the host key it made at its first boot.
+            # A powered-down elastic node keeps the host key it made at its first boot; a
+            # launch-terminate one has none until it is made (and a new one each time).
             waiting = [s for s in specs
-                       if not (s.node_state == "cloud" and s.name in known
+                       if not (s.node_state == "cloud" and (s.name in known or self.launched(s))
                                and not self.running(s.name))]
             lines = dict(zip((s.name for s in waiting), pool.map(self.wait_for_ssh, waiting),
                              strict=True))
-        self.state.known_hosts.write_text(
-            "\n".join(lines.get(s.name) or known[s.name] for s in specs) + "\n")
+        self.state.known_hosts.write_text("".join(
+            (lines.get(s.name) or known[s.name]) + "\n" for s in specs
+            if s.name in lines or (s.name in known and not self.launched(s))))
 
     def connection_vars(self) -> dict[str, Any]:
         """How Ansible reaches the nodes, and how they share storage (inventory ``all`` vars)."""
@@ -629,7 +682,8 @@ class LocalCluster:
         for spec in self.specs():
             c = by_node.get(spec.name)
             state = c.get("State", "?") if c else "absent"
-            if spec.node_state == "cloud" and state in ("exited", "stopped", "created"):
+            if spec.node_state == "cloud" and (state in ("exited", "stopped", "created")
+                                               or (self.launched(spec) and not c)):
                 state = "powered-down"
             rows.append({"node": spec.name, "groups": ",".join(spec.groups),
                          "address": spec.address,

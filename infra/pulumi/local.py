@@ -19,7 +19,9 @@ import pulumi
 import pulumi_command as command
 
 from infra.providers.local import LocalCluster, LocalPlan, spec_to_json
+from infra.providers.podman_proxy import LAUNCH_TERMINATE
 from infra.pulumi.machines import ClusterArgs, Machines
+from infra.stack.schema import ConfigError, key
 from infra.stack.state import StateDir
 
 MODULE = "infra.providers.local_resources"
@@ -31,6 +33,11 @@ def _node_step(step: Callable[..., str], spec_json: str, image: str) -> str:
 
 def local_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machines:
     cfg = args.config
+    if cfg.local.elastic_mode == LAUNCH_TERMINATE and cfg.elastic_node_names():
+        # Its nodes are made by the power driver from the prepared image, which only
+        # 'metalslurm local up' builds (this program's steps start from the bare image).
+        raise ConfigError([f"{key('local')}.elasticMode: launch-terminate is made by "
+                           "'metalslurm local up'; with pulumi up, use start-stop"])
     plan = LocalPlan.from_config(cfg)  # the config was parsed once, by the program
     cluster = LocalCluster(plan=plan, state=StateDir(args.state_dir))
     specs = cluster.specs()

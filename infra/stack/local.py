@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     LOCAL_OS_IDS,
 )
@@ -19,7 +20,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
 from infra.stack.schema import Collector, key
 
 IMAGE_SOURCES = ("auto", "registry", "debootstrap")
-_LOCAL_KEYS = ("imageSource", "mirror", "preparedImages")
+_LOCAL_KEYS = ("imageSource", "mirror", "preparedImages", "elasticMode")
 DEFAULT = {"imageSource": "auto"}
 
 
@@ -32,6 +33,9 @@ class LocalSettings:
     # Nodes start from prepared images (infra/providers/prepared.py); false: from the bare
     # node image, every package installed by the configure (the cold path).
     prepared_images: bool = True
+    # How the power driver powers elastic nodes: their containers kept and started and
+    # stopped, or made anew from the prepared image on resume and removed on suspend.
+    elastic_mode: str = ELASTIC_MODES[0]
 
 
 def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
@@ -51,5 +55,7 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
                   f"use one of {', '.join(LOCAL_OS_IDS)} (Ubuntu runs with the byo "
                   "and oci providers)")
     prepared = c.boolean(item, "preparedImages", f"{where}.preparedImages", True)
+    mode = c.string(item, "elasticMode", f"{where}.elasticMode", default=ELASTIC_MODES[0],
+                    choices=ELASTIC_MODES)
     return LocalSettings(image_source=image_source or "auto", mirror=mirror,
-                         prepared_images=prepared)
+                         prepared_images=prepared, elastic_mode=mode or ELASTIC_MODES[0])

@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
+
 from infra.stack.schema import USER_NAME_RE, Collector, key
 
 if TYPE_CHECKING:
     from infra.stack.cluster_types import ComputePool
 
-OCI_ELASTIC_MODES = ("launch-terminate", "start-stop")
 # OCI bare-metal GPU shapes: (GPU type, GPUs per node). CPU shapes (VM./BM.Standard...)
 # have no GPUs.
 OCI_GPU_SHAPES: dict[str, tuple[str, int]] = {
@@ -170,7 +171,7 @@ def parse_oci(c: Collector, raw: Mapping[str, Any], provider: str | None,
                              what="a CPU shape such as VM.Standard.E5.Flex")
               for name in ("controllerShape", "nfsShape", "bastionShape")}
     mode = c.string(item, "elasticMode", f"{where}.elasticMode", default="launch-terminate",
-                    choices=OCI_ELASTIC_MODES)
+                    choices=ELASTIC_MODES)
     boot = c.integer(item, "bootVolumeGbs", f"{where}.bootVolumeGbs", default=200, minimum=50,
                      maximum=32768)
     vcn = _network(c, item, "vcnCidr", f"{where}.vcnCidr")

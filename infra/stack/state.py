@@ -186,6 +186,13 @@ class StateDir:
         return self.root / "ssh" / "known_hosts"
 
     @property
+    def join_key(self) -> Path:
+        """The key the controller logs in with to configure a machine made anew (an elastic
+        node in launch-terminate mode): its public half is in the machine's authorized_keys,
+        the private one goes to the controller only."""
+        return self.root / "ssh" / "join_ed25519"
+
+    @property
     def shared(self) -> Path:
         return self.root / "shared"
 

@@ -22,6 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# How a provider powers an elastic node: start and stop one machine that is kept, or make
+# a machine anew on resume and destroy it on suspend (the stack's elasticMode; the power
+# drivers' ``mode``).
+ELASTIC_MODES = ("start-stop", "launch-terminate")
+
 # Bare metal spends minutes in firmware (POST, NIC and GPU option ROMs) before the OS
 # boots; OCI's bare-metal GPU shapes take longer still; the local provider's nodes are
 # containers. ResumeTimeout is a boot plus the time slurmd needs to register, with margin;
