@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from metalslurm_power import actions
+from metalslurm_power import actions, join
 from metalslurm_power.config import ConfigError, load_config, parse_config
 from metalslurm_power.drivers.base import OFF, ON, NodeResult, PowerDriver
 from metalslurm_power.eventlog import EventLog
@@ -579,3 +579,77 @@ def test_power_log_gives_the_resume_timeline(tmp_path: Path, fake: FakeSlurm) ->
     assert all(timeline[k] is not None for k in order), timeline
     assert [timeline[k] for k in order] == sorted(timeline[k] for k in order)
     assert timeline["ok"] is True
+
+
+# --- machines made anew: join requests and the join service --------------------------------
+
+def test_resume_asks_the_join_service_for_launched_machines_only(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERING_UP", "gpu-002": "IDLE+CLOUD+POWERING_UP"})
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    nodes = local_nodes("gpu-001", "gpu-002")
+    nodes["gpu-002"]["mode"] = "launch-terminate"
+    ctx = context(tmp_path, fake, nodes, RecordingDriver({}), join={"requests": str(requests)})
+    assert actions.resume(ctx, ["gpu-001", "gpu-002"]) == 0
+    assert sorted(p.name for p in requests.iterdir()) == ["gpu-002"]
+    events = [e for e in read_log(tmp_path / "power.log") if e["event"] == "join_request"]
+    assert [(e["node"], e["ok"]) for e in events] == [("gpu-002", True)]
+
+
+def test_a_failed_power_on_asks_for_no_join(tmp_path: Path, fake: FakeSlurm) -> None:
+    fake.set_nodes({"gpu-002": "MIXED+CLOUD+NOT_RESPONDING+POWERING_UP"})
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    nodes = local_nodes("gpu-002")  # no podman socket: the real driver fails
+    nodes["gpu-002"]["mode"] = "launch-terminate"
+    config = write_config(tmp_path / "power.json", fake, nodes, join={"requests": str(requests)})
+    assert run_program("resume", "gpu-002", config, fake, "--foreground").returncode == 1
+    assert list(requests.iterdir()) == []
+
+
+def test_the_join_service_takes_only_its_launched_nodes(tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    for name in ("gpu-003", "gpu-001", "ctl", "..x", "gpu-003.log"):
+        (requests / name).write_text("planted content is never read")
+    refused: list[tuple[str, str]] = []
+    took = join.take_requests(requests, {"gpu-003", "gpu-004"},
+                              lambda event, **f: refused.append((f["node"], f["error"])))
+    assert took == ["gpu-003"]
+    assert list(requests.iterdir()) == []  # every request taken, refused or not
+    assert sorted(n for n, _ in refused) == ["..x", "ctl", "gpu-001", "gpu-003.log"]
+    assert join.launched_nodes({"all": {"hosts": {
+        "gpu-003": {"metalslurm_power": {"mode": "launch-terminate"}},
+        "gpu-001": {"metalslurm_power": {"driver": "local"}}, "ctl": None}}}) == {"gpu-003"}
+
+
+def test_a_node_that_does_not_join_goes_to_resume_fail(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    events: list[tuple[str, dict]] = []
+
+    def run(argv, **kwargs):
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 2 if argv[0] == "ansible-playbook" else 0)
+
+    ok = join.join_one(tmp_path, "gpu-003", 100, ["resume-fail", "--foreground"],
+                       lambda event, **f: events.append((event, f)), run=run)
+    assert ok is False
+    assert calls[0][:5] == ["ansible-playbook", "-i", str(tmp_path / "kit/inventory.yml"),
+                            str(tmp_path / "kit/ansible/site.yml"), "--limit"]
+    assert calls[0][5] == "gpu-003"
+    assert calls[1] == ["resume-fail", "--foreground", "gpu-003"]
+    assert events[-1][0] == "join_end" and events[-1][1]["ok"] is False
+    assert "ansible-playbook exit 2" in events[-1][1]["error"]
+
+
+def test_a_node_that_joins_is_left_alone(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+
+    def run(argv, **kwargs):
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0)
+
+    assert join.join_one(tmp_path, "gpu-003", 100, ["resume-fail"], lambda e, **f: None,
+                         run=run) is True
+    assert len(calls) == 1 and (tmp_path / "known_hosts.d").is_dir()

@@ -217,6 +217,24 @@ def power_on(ctx: Context, nodes: Sequence[str]) -> dict[str, NodeResult]:
     return results
 
 
+def request_join(ctx: Context, nodes: Sequence[str]) -> None:
+    """Ask the controller's join service (metalslurm-join, root) to configure machines made
+    anew: one empty file per node in the requests directory, which only root and
+    SlurmUser can write. The service takes only nodes the power config has in
+    launch-terminate mode."""
+    requests = ctx.config.join_requests
+    for node in nodes:
+        if requests is None or ctx.dry_run:
+            ctx.log.event("join_request", node=node, phase="join", ok=False,
+                          skipped="dry run" if ctx.dry_run else "no join requests directory")
+            continue
+        try:
+            (requests / node).touch()
+            ctx.log.event("join_request", node=node, phase="join", ok=True)
+        except OSError as exc:
+            ctx.log.event("join_request", node=node, phase="join", ok=False, error=str(exc))
+
+
 def resume(ctx: Context, nodes: Sequence[str]) -> int:
     record_resume(ctx, nodes)
     results = power_on(ctx, nodes)
@@ -224,6 +242,7 @@ def resume(ctx: Context, nodes: Sequence[str]) -> int:
         result = results[node]
         if result.ok and result.address:
             ctx.slurm.update([node], nodeaddr=result.address, nodehostname=node)
+    request_join(ctx, [n for n in nodes if results[n].ok and ctx.config.launched(n)])
     failed = [n for n in nodes if not results[n].ok]
     if failed:
         # A machine that half-started must not keep billing.

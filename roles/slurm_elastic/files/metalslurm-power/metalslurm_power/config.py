@@ -77,6 +77,13 @@ class PowerConfig:
     status_batches: int = 4
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    # Machines made anew (launch-terminate) are configured by the controller: a resume
+    # leaves a request for each in this directory (metalslurm-join takes them).
+    join_requests: Path | None = None
+
+    def launched(self, node: str) -> bool:
+        """Whether ``node``'s machine is made anew on each resume (launch-terminate)."""
+        return (self.nodes.get(node) or {}).get("mode") == POWER_MODES[1]
 
     def driver_of(self, node: str) -> str | None:
         params = self.nodes.get(node)
@@ -182,6 +189,10 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
             isinstance(v, dict) for v in credentials.values()):
         problems.append("credentials: must map a node name or 'default' to {username, password}")
         credentials = {}
+    join = raw.get("join") or {}
+    if not isinstance(join, dict) or not str(join.get("requests", "/")).startswith("/"):
+        problems.append("join: must be {requests: an absolute directory}")
+        join = {}
     if problems:
         raise ConfigError(f"{source}: {len(problems)} problem(s):\n  - " + "\n  - ".join(problems))
     return PowerConfig(
@@ -194,4 +205,5 @@ def parse_config(raw: Any, source: str = "config") -> PowerConfig:
         status_batches=counts["status_batches"],
         nodes=dict(nodes),
         credentials={str(k): dict(v) for k, v in credentials.items()},
+        join_requests=Path(join["requests"]) if join.get("requests") else None,
     )

@@ -26,6 +26,9 @@ from typing import Any
 # a machine anew on resume and destroy it on suspend (the stack's elasticMode; the power
 # drivers' ``mode``).
 ELASTIC_MODES = ("start-stop", "launch-terminate")
+# Where the controller keeps what it configures a machine made anew with (the join kit,
+# infra/stack/join_kit.py; the slurm_elastic role's join tasks and metalslurm-join).
+JOIN_DIR = "/var/lib/metalslurm/join"
 
 # Bare metal spends minutes in firmware (POST, NIC and GPU option ROMs) before the OS
 # boots; OCI's bare-metal GPU shapes take longer still; the local provider's nodes are

@@ -1,0 +1,114 @@
+"""The join kit: what the controller needs to configure a machine made anew.
+
+An elastic node in ``launch-terminate`` mode has no machine until Slurm resumes it; the
+power driver then makes one (from the prepared image) and no operator's configure reaches
+it. The controller configures it instead, with the same playbook and roles, limited to that
+node (``metalslurm-join``, installed by the slurm_elastic role). The kit is one
+reproducible tarball the role copies to the controller (``JOIN_DIR``):
+
+- ``ansible/`` and ``roles/`` of this checkout (no tests, no caches);
+- ``inventory.yml``: the cluster's inventory as the controller reaches the nodes: as root
+  with the join key, the controller itself by a local connection, the secrets a compute
+  node needs (the munge key, the registry credentials) at their place in ``JOIN_DIR`` and
+  the others left out;
+- ``mirror/``: the artifacts of the containers' mirror, when the stack names one.
+
+The secrets are never in the tarball: the role copies them beside it (root, 0600).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import tarfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import JOIN_DIR
+
+# The secrets a compute node's roles read (munge, enroot_pyxis); the join inventory names
+# their copies on the controller and leaves every other secret out.
+JOIN_SECRETS = {"munge_key_b64_file": "munge.key.b64",
+                "registry_credentials_file": "registry-credentials.json"}
+_SKIP_DIRS = {"tests", "__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, Any]:
+    """``inventory`` as the controller uses it to configure its cluster's new machines."""
+    doc = copy.deepcopy(dict(inventory))
+    top = doc["all"]
+    cluster = top["vars"]
+    for var in list(cluster):
+        if var.startswith("ansible_") or var.endswith("_file") or var == "metalslurm_join":
+            cluster.pop(var)
+    cluster.update({
+        "ansible_user": "root",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_private_key_file": f"{JOIN_DIR}/id_ed25519",
+        # A machine made anew has a new host key each time: accepted on first use, over
+        # the private network, into a file the runner empties for each machine it joins.
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={JOIN_DIR}/known_hosts "
+                                    "-o StrictHostKeyChecking=accept-new"),
+    })
+    for var, name in JOIN_SECRETS.items():
+        if var in inventory["all"]["vars"]:
+            cluster[var] = f"{JOIN_DIR}/secrets/{name}"
+    containers = cluster.get("metalslurm_containers")
+    if isinstance(containers, dict) and str(containers.get("mirror") or "").startswith("/"):
+        containers["mirror"] = f"{JOIN_DIR}/kit/mirror"  # a directory on this machine
+    top["hosts"][controller] = {**(top["hosts"].get(controller) or {}),
+                                "ansible_connection": "local"}
+    return doc
+
+
+def _files(root: Path, sub: str) -> Iterable[Path]:
+    for path in sorted((root / sub).rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not path.is_symlink() and not (_SKIP_DIRS & set(rel.parts)) \
+                and path.suffix != ".pyc":
+            yield path
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    tar.addfile(info, io.BytesIO(data))
+
+
+def build_kit(repo: Path, inventory: Mapping[str, Any], mirror: Path | None,
+              out: Path) -> Path:
+    """Write the kit to ``out`` (the same bytes for the same inputs); returns ``out``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for sub in ("ansible", "roles"):
+            for path in _files(repo, sub):
+                executable = path.stat().st_mode & 0o111
+                _add(tar, str(path.relative_to(repo)), path.read_bytes(),
+                     0o755 if executable else 0o644)
+        _add(tar, "inventory.yml", yaml.safe_dump(dict(inventory), sort_keys=True).encode(),
+             0o600)
+        for path in sorted(mirror.iterdir()) if mirror is not None and mirror.is_dir() else []:
+            if path.is_file() and not path.is_symlink():
+                _add(tar, f"mirror/{path.name}", path.read_bytes())
+    data = gzip.compress(buf.getvalue(), mtime=0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_bytes() != data:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(out)
+    out.chmod(0o600)
+    return out
+
+
+def join_vars(cluster_vars: Mapping[str, Any], kit: Path, join_key: Path) -> dict[str, Any]:
+    """``metalslurm_join``, the inventory var the slurm_elastic role reads: where the kit
+    and the secrets go on the controller, and the operator's files they come from."""
+    secrets = [{"src": str(join_key.resolve()), "dest": f"{JOIN_DIR}/id_ed25519"}]
+    secrets += [{"src": str(cluster_vars[var]), "dest": f"{JOIN_DIR}/secrets/{name}"}
+                for var, name in JOIN_SECRETS.items() if cluster_vars.get(var)]
+    return {"dir": JOIN_DIR, "kit": str(kit.resolve()), "secrets": secrets}

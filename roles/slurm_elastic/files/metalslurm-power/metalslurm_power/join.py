@@ -1,0 +1,140 @@
+"""metalslurm-join: configure the machines the power driver made anew (launch-terminate).
+
+A resume of such a node leaves an empty file named after it in the requests directory
+(actions.request_join, as SlurmUser). systemd starts this program as root when one appears
+(metalslurm-join.path). For each request it takes, it runs the cluster's playbook from the
+join kit the configure put on the controller (infra/stack/join_kit.py: the same roles, an
+inventory that reaches the nodes as root with the join key), limited to that node, which
+gives the machine its files and the munge key and starts slurmd (configless): the node
+registers and its job starts. A node whose run fails is handed to ResumeFailProgram (as
+SlurmUser), which powers its machine off and returns it to the pool: never left half
+joined. A request for a node the kit does not have in launch-terminate mode is refused
+and removed; the file's content is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .config import DEFAULT_CONFIG, ConfigError, load_config
+from .eventlog import EventLog
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+KIT = "kit"
+# Ansible's own strategy (Mitogen is the operator's, not the controller's).
+ANSIBLE_ENV = {"ANSIBLE_STRATEGY": "linear", "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_STDOUT_CALLBACK": "default"}
+
+
+def launched_nodes(inventory: dict[str, Any]) -> set[str]:
+    """The kit inventory's nodes in launch-terminate mode."""
+    hosts = (inventory.get("all") or {}).get("hosts") or {}
+    return {name for name, hv in hosts.items()
+            if ((hv or {}).get("metalslurm_power") or {}).get("mode") == "launch-terminate"}
+
+
+def take_requests(requests: Path, allowed: set[str],
+                  log: Callable[..., None]) -> list[str]:
+    """The requested nodes (each request removed as it is taken); others refused."""
+    nodes = []
+    for entry in sorted(requests.iterdir()) if requests.is_dir() else []:
+        name = entry.name
+        try:
+            entry.unlink()
+        except OSError as exc:
+            log("join_refused", node=name[:64], error=f"cannot remove the request: {exc}")
+            continue
+        if not NAME.match(name) or name not in allowed:
+            log("join_refused", node=name[:64],
+                error="not an elastic node in launch-terminate mode of this cluster")
+            continue
+        nodes.append(name)
+    return nodes
+
+
+def playbook_argv(join_dir: Path, node: str) -> list[str]:
+    kit = join_dir / KIT
+    return ["ansible-playbook", "-i", str(kit / "inventory.yml"), str(kit / "ansible/site.yml"),
+            "--limit", node,
+            # Each machine is new: its host key is taken on first use, into its own file.
+            "-e", "ansible_ssh_common_args='-o UserKnownHostsFile="
+                  f"{join_dir}/known_hosts.d/{node} -o StrictHostKeyChecking=accept-new'"]
+
+
+def join_one(join_dir: Path, node: str, timeout: float, resume_fail: Sequence[str],
+             log: Callable[..., None], run: Callable[..., Any] = subprocess.run) -> bool:
+    """Configure ``node``; on failure hand it to ResumeFailProgram. True when it joined."""
+    (join_dir / "known_hosts.d").mkdir(mode=0o700, exist_ok=True)
+    (join_dir / "known_hosts.d" / node).unlink(missing_ok=True)
+    logs = join_dir / "logs"
+    logs.mkdir(mode=0o700, exist_ok=True)
+    start = time.monotonic()
+    log("join_start", node=node)
+    env = {**os.environ, **ANSIBLE_ENV, "ANSIBLE_CONFIG": str(join_dir / KIT / "ansible"
+                                                              / "ansible.cfg")}
+    with open(logs / f"{node}.log", "w") as out:
+        try:
+            proc = run(playbook_argv(join_dir, node), stdout=out, stderr=subprocess.STDOUT,
+                       env=env, cwd=join_dir / KIT / "ansible", timeout=timeout, check=False)
+            ok, why = proc.returncode == 0, f"ansible-playbook exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            ok, why = False, f"not joined in {timeout:.0f}s"
+        except OSError as exc:
+            ok, why = False, f"ansible-playbook: {exc}"
+    duration = round(time.monotonic() - start, 1)
+    if ok:
+        log("join_end", node=node, ok=True, duration_s=duration)
+        return True
+    log("join_end", node=node, ok=False, duration_s=duration,
+        error=f"{why} (see {logs / (node + '.log')})")
+    run([*resume_fail, node], check=False, timeout=600)
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="metalslurm-join", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=os.environ.get("METALSLURM_POWER_CONFIG", DEFAULT_CONFIG))
+    p.add_argument("--join-dir", type=Path, required=True,
+                   help="the join kit's directory (root only)")
+    p.add_argument("--timeout", type=float, required=True,
+                   help="seconds a node's configure may take (inside ResumeTimeout)")
+    p.add_argument("--resume-fail", required=True,
+                   help="the command that powers a node off and returns it (as SlurmUser)")
+    args = p.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"metalslurm-join: {exc}", file=sys.stderr)
+        return 2
+    events = EventLog(config.log_file, program="join")
+
+    def log(event: str, **fields: Any) -> None:
+        events.event(event, phase="join", **fields)
+
+    if config.join_requests is None:
+        log("join_refused", error="the power config has no join requests directory")
+        return 2
+    import yaml  # python3-yaml: the kit's inventory
+
+    inventory = yaml.safe_load((args.join_dir / KIT / "inventory.yml").read_text())
+    nodes = take_requests(config.join_requests, launched_nodes(inventory), log)
+    if not nodes:
+        return 0
+    resume_fail = args.resume_fail.split()
+    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+        joined = list(pool.map(lambda n: join_one(args.join_dir, n, args.timeout, resume_fail,
+                                                  log), nodes))
+    return 0 if all(joined) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
