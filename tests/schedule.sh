@@ -13,8 +13,9 @@
 # 13 cluster; after the Debian 12 module, never beside it: two cold configures at once on
 # two cores timed SSH out). LANE_B names lane b's modules: about half of the Debian 13
 # modules' time (the per-module figures the runs print, with the CPU-seconds they keep the
-# machine busy); a module that names lane a's addresses stays in lane a. Lane a prints as
-# it goes; the others' logs follow it.
+# machine busy); a module that names lane a's addresses stays in lane a. The module of
+# machines made anew (its own small cluster, from lane a's prepared images) runs last in
+# lane b. Lane a prints as it goes; the others' logs follow it.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -28,7 +29,7 @@ logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_accounting.py tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py
-        tests/e2e/test_health.py tests/e2e/test_training.py)
+        tests/e2e/test_health.py tests/e2e/test_training.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt

@@ -1,0 +1,156 @@
+"""Machines made anew (launch-terminate): an elastic node that has no container while it is
+powered down. A job on it makes Slurm resume it; the power driver asks the host's proxy to
+create its container from the prepared compute image; the controller configures it with
+the same playbook and roles (the join: metalslurm-join, limited to that node); slurmd
+registers and the job runs. A suspend removes the container; the next job makes a new one.
+A machine that cannot be configured is powered off and returned to the pool by
+ResumeFailProgram, its job requeued, never left half joined.
+
+This module brings up and removes its own small cluster (tests/e2e/stacks/
+Pulumi.e2e-launched.yaml: a controller, gpu-001 static, gpu-002 launch-terminate), from
+the Debian 13 prepared images the other modules use. Each resume's split (machine made,
+joined, job started) is appended to .metalslurm/e2e-launched-timings.txt.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from datetime import datetime
+
+import pytest
+
+from tests.e2e.cluster import (
+    REPO,
+    LocalStack,
+    cluster_containers,
+    console,
+    e2e_stack,
+    metalslurm,
+    wait_for,
+)
+
+STACK = e2e_stack("Pulumi.e2e-launched.yaml")
+CLUSTER = "ms-e2elt"
+NODE = "gpu-002"
+CONTAINER = f"{CLUSTER}-{NODE}"
+TIMINGS = REPO / ".metalslurm" / "e2e-launched-timings.txt"
+JOIN_DIR = "/var/lib/metalslurm/join"
+# ResumeTimeout of the stack (300 s) and a job's own seconds, with margin.
+RESUME_WITHIN = 360
+# SuspendTime + SuspendTimeout of the stack and the power-saving pass, with margin.
+SUSPEND_WITHIN = 20 + 20 + 60
+# The containers the resumes made, in order.
+MADE: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    metalslurm("local", "down", "--stack", str(STACK))
+    proc = metalslurm("local", "up", "--stack", str(STACK), timeout=2400)
+    stack = LocalStack(stack=STACK, name=CLUSTER, state_name="e2e-launched", up=proc,
+                       elastic=(NODE,))
+    try:
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        yield stack
+    finally:
+        metalslurm("local", "down", "--stack", str(STACK))
+        assert cluster_containers(CLUSTER) == []
+
+
+def container_id() -> str:
+    out = subprocess.run(["podman", "inspect", "--format", "{{.Id}}", CONTAINER],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+def seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def run_a_job(cluster: LocalStack, label: str) -> str:
+    """A job on the powered-down node; returns the id of the container it ran in."""
+    assert cluster.slurm_state(NODE) == "idle~" and container_id() == ""
+    submitted = time.time()
+    job = cluster.ctl(f"sbatch --parsable -w {NODE} -p train --time=5 -o /dev/null "
+                      "--wrap='srun hostname'").stdout.strip()
+    assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
+    [[start, nodelist]] = cluster.sacct_rows(job, "Start,NodeList")
+    assert nodelist == NODE
+    made = cluster.power_events("power_on", NODE, ok=True)[-1]
+    joined = cluster.power_events("join_end", NODE, ok=True)[-1]
+    with TIMINGS.open("a") as out:
+        out.write(f"{time.strftime('%H:%M:%S')} {label}: machine made {made['duration_s']} s, "
+                  f"joined in {joined['duration_s']} s, submit to start "
+                  f"{seconds(start) - submitted:.1f} s\n")
+    return container_id()
+
+
+def test_up_makes_no_machine_for_a_launch_terminate_node(cluster):
+    assert container_id() == ""
+    assert cluster.slurm_state(NODE) == "idle~"
+    assert cluster.slurm_state("gpu-001") == "idle"
+    # The controller holds the kit and the secrets a new machine gets, root only.
+    listing = cluster.ctl(f"stat -c '%n %U %a' {JOIN_DIR} {JOIN_DIR}/id_ed25519 "
+                          f"{JOIN_DIR}/secrets/munge.key.b64").stdout.split("\n")
+    assert listing[:3] == [f"{JOIN_DIR} root 700", f"{JOIN_DIR}/id_ed25519 root 600",
+                           f"{JOIN_DIR}/secrets/munge.key.b64 root 600"]
+    # ... and SlurmUser may leave requests, never read the kit.
+    assert cluster.ctl(f"runuser -u slurm -- ls {JOIN_DIR}", check=False).returncode != 0
+
+
+def test_a_job_makes_the_machine_which_joins_and_runs_it(cluster):
+    first = run_a_job(cluster, "first resume")
+    assert first
+    image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", CONTAINER],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert image.startswith("localhost/metalslurm-prepared:trixie-compute-")
+    # Same munge key as every other node (from the controller's kit, not the image). The
+    # operator's known_hosts has no key of a machine made after 'up': its console.
+    keys = {n: cluster.on(n, "sha256sum /etc/munge/munge.key").stdout.split()[0]
+            for n in ("ctl", "gpu-001")}
+    keys[NODE] = console(CONTAINER, "sha256sum /etc/munge/munge.key").stdout.split()[0]
+    assert len(set(keys.values())) == 1, keys
+    MADE.append(first)
+
+
+def test_a_suspend_removes_the_machine_and_the_next_job_makes_a_new_one(cluster):
+    wait_for(f"{NODE} powered down and its container gone",
+             lambda: cluster.slurm_state(NODE) == "idle~" and container_id() == "",
+             timeout=SUSPEND_WITHIN)
+    second = run_a_job(cluster, "second resume")
+    assert second and MADE and second != MADE[0]
+    wait_for(f"{NODE} powered down again", lambda: container_id() == "",
+             timeout=SUSPEND_WITHIN)
+
+
+def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
+    """The kit's munge key replaced by one no node has: the join's configure fails (the new
+    slurmd cannot authenticate to slurmctld), ResumeFailProgram removes the machine and
+    returns the node; the job waits, requeued. With the key back, it runs."""
+    key = f"{JOIN_DIR}/secrets/munge.key.b64"
+    cluster.ctl(f"cp -p {key} {key}.good && head -c 1024 /dev/urandom | base64 -w0 > {key}")
+    try:
+        job = cluster.ctl(f"sbatch --parsable -w {NODE} -p train --time=5 -o /dev/null "
+                          "--wrap=hostname").stdout.strip()
+        wait_for("the failed join", lambda: cluster.power_events("join_end", NODE, ok=False),
+                 timeout=RESUME_WITHIN)
+        wait_for(f"{NODE} back in the pool, its machine gone",
+                 lambda: cluster.slurm_state(NODE) == "idle~" and container_id() == "",
+                 timeout=120)
+        state = cluster.ctl(f"squeue -h -j {job} -o %T").stdout.strip()
+        assert state == "PENDING", state
+    finally:
+        cluster.ctl(f"mv -f {key}.good {key}", check=False)
+    cluster.release_requeued(job, within=60)
+    assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
+
+
+def test_a_second_up_changes_nothing(cluster):
+    wait_for(f"{NODE} powered down", lambda: container_id() == "", timeout=SUSPEND_WITHIN)
+    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", proc.stdout,
+                     re.M), proc.stdout[-3000:]
+    assert container_id() == ""
