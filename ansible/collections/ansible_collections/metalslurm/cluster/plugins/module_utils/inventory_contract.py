@@ -64,6 +64,7 @@ CLUSTER_VARS = {
     "metalslurm_accounting": "{accounts, qos, prune}",
     "metalslurm_slurm_conf": "slurm.conf settings over the defaults",
     "metalslurm_elastic": "power saving timings and rates",
+    "metalslurm_join": "machines made anew: {dir, kit, secrets: [{src, dest}]} (launch-terminate)",
     "metalslurm_containers": "Enroot and Pyxis",
     "metalslurm_topology": "the switch topology's source and plugin",
     "metalslurm_nccl": "NCCL settings over the derived ones",
