@@ -11,16 +11,24 @@ reproducible tarball the role copies to the controller (``JOIN_DIR``):
   with the join key, the controller itself by a local connection, the secrets a compute
   node needs (the munge key, the registry credentials) at their place in ``JOIN_DIR`` and
   the others left out;
-- ``mirror/``: the artifacts of the containers' mirror, when the stack names one.
+- ``mirror/``: the artifacts of the containers' mirror, when the stack names one;
+- ``ansible/collections/``: besides the project's own collection, the modules of other
+  collections the roles name (``community.general.modprobe``, ``community.mysql.*``) and
+  the module_utils they import, from this machine's Ansible: the controller has
+  Debian's ``ansible-core``, without them, and Ansible resolves every task's module when
+  it loads the playbook.
 
 The secrets are never in the tarball: the role copies them beside it (root, 0600).
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import gzip
+import importlib.util
 import io
+import re
 import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -34,6 +42,10 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 JOIN_SECRETS = {"munge_key_b64_file": "munge.key.b64",
                 "registry_credentials_file": "registry-credentials.json"}
 _SKIP_DIRS = {"tests", "__pycache__", ".pytest_cache", ".mypy_cache"}
+# A module of another collection, as a task names it (FQCN).
+_FQCN = re.compile(r"^\s*-?\s*(?P<ns>[a-z_]+)\.(?P<coll>[a-z_]+)\.(?P<name>[a-z_0-9]+):", re.M)
+# Ansible's own modules, and this project's collection (in the kit whole).
+_OWN = {("ansible", "builtin"), ("ansible", "legacy"), ("metalslurm", "cluster")}
 
 
 def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, Any]:
@@ -72,6 +84,50 @@ def _files(root: Path, sub: str) -> Iterable[Path]:
             yield path
 
 
+def _imported_utils(path: Path, root: Path) -> list[Path]:
+    """The files of ``root``'s collections' module_utils that ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "ansible_collections" or parts[4:5] != ["module_utils"]:
+                continue
+            target = root.joinpath(*parts[1:])
+            found += [c for c in (target.with_suffix(".py"), target / "__init__.py")
+                      if c.is_file()]
+    return found
+
+
+def collection_modules(repo: Path) -> dict[str, Path]:
+    """Kit path -> file on this machine, for every module of another collection the roles
+    and playbooks name, and the module_utils those import (transitively)."""
+    named = set()
+    for sub in ("ansible", "roles"):
+        for path in _files(repo, sub):
+            if path.suffix in (".yml", ".yaml"):
+                named |= {(m["ns"], m["coll"], m["name"]) for m in _FQCN.finditer(path.read_text())
+                          if (m["ns"], m["coll"]) not in _OWN}
+    spec = importlib.util.find_spec("ansible_collections")
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    todo = [(root, root / ns / coll / "plugins" / "modules" / f"{name}.py")
+            for ns, coll, name in sorted(named) for root in roots
+            if (root / ns / coll / "plugins" / "modules" / f"{name}.py").is_file()]
+    found: dict[str, Path] = {}
+    while todo:
+        root, path = todo.pop()
+        kit_name = f"ansible/collections/ansible_collections/{path.relative_to(root)}"
+        if kit_name not in found:
+            found[kit_name] = path
+            todo += [(root, util) for util in _imported_utils(path, root)]
+    return found
+
+
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), mode, 0
@@ -90,6 +146,8 @@ def build_kit(repo: Path, inventory: Mapping[str, Any], mirror: Path | None,
                 executable = path.stat().st_mode & 0o111
                 _add(tar, str(path.relative_to(repo)), path.read_bytes(),
                      0o755 if executable else 0o644)
+        for kit_name, path in sorted(collection_modules(repo).items()):
+            _add(tar, kit_name, path.read_bytes())
         _add(tar, "inventory.yml", yaml.safe_dump(dict(inventory), sort_keys=True).encode(),
              0o600)
         for path in sorted(mirror.iterdir()) if mirror is not None and mirror.is_dir() else []:

@@ -620,36 +620,63 @@ def test_the_join_service_takes_only_its_launched_nodes(tmp_path: Path) -> None:
     assert list(requests.iterdir()) == []  # every request taken, refused or not
     assert sorted(n for n, _ in refused) == ["..x", "ctl", "gpu-001", "gpu-003.log"]
     assert join.launched_nodes({"all": {"hosts": {
-        "gpu-003": {"metalslurm_power": {"mode": "launch-terminate"}},
-        "gpu-001": {"metalslurm_power": {"driver": "local"}}, "ctl": None}}}) == {"gpu-003"}
+        "gpu-003": {"ansible_host": "10.0.0.13", "metalslurm_power": {"mode": "launch-terminate"}},
+        "gpu-001": {"metalslurm_power": {"driver": "local"}}, "ctl": None}}}) == {
+            "gpu-003": "10.0.0.13"}
+
+
+def _fake_run(calls: list[list[str]], playbook_rc: int = 0, sinfo: str = "mixed\n"):
+    def run(argv, **kwargs):
+        calls.append(list(argv))
+        if argv[0] == "ansible-playbook":
+            return subprocess.CompletedProcess(argv, playbook_rc)
+        if argv[0] == "sinfo":
+            return subprocess.CompletedProcess(argv, 0, stdout=sinfo)
+        return subprocess.CompletedProcess(argv, 0)
+    return run
 
 
 def test_a_node_that_does_not_join_goes_to_resume_fail(tmp_path: Path) -> None:
     calls: list[list[str]] = []
     events: list[tuple[str, dict]] = []
-
-    def run(argv, **kwargs):
-        calls.append(list(argv))
-        return subprocess.CompletedProcess(argv, 2 if argv[0] == "ansible-playbook" else 0)
-
-    ok = join.join_one(tmp_path, "gpu-003", 100, ["resume-fail", "--foreground"],
-                       lambda event, **f: events.append((event, f)), run=run)
+    ok = join.join_one(tmp_path, "gpu-003", "10.0.0.13", 100, ["resume-fail", "--foreground"],
+                       lambda event, **f: events.append((event, f)), run=_fake_run(calls, 2),
+                       answers=lambda address, deadline: True)
     assert ok is False
-    assert calls[0][:5] == ["ansible-playbook", "-i", str(tmp_path / "kit/inventory.yml"),
-                            str(tmp_path / "kit/ansible/site.yml"), "--limit"]
-    assert calls[0][5] == "gpu-003"
+    assert calls[0][:7] == ["ansible-playbook", "-i", str(tmp_path / "kit/inventory.yml"),
+                            str(tmp_path / "kit/ansible/site.yml"), "--limit", "gpu-003",
+                            "-e"]
     assert calls[1] == ["resume-fail", "--foreground", "gpu-003"]
     assert events[-1][0] == "join_end" and events[-1][1]["ok"] is False
     assert "ansible-playbook exit 2" in events[-1][1]["error"]
 
 
+def test_a_run_that_leaves_the_node_unregistered_is_a_failure(tmp_path: Path) -> None:
+    """The playbook set the node aside (its sshd not up yet): exit 0, nothing configured."""
+    calls: list[list[str]] = []
+    events: list[tuple[str, dict]] = []
+    assert join.join_one(tmp_path, "gpu-003", "10.0.0.13", 100, ["resume-fail"],
+                         lambda event, **f: events.append((event, f)),
+                         run=_fake_run(calls, 0, sinfo="mixed#\n"),
+                         answers=lambda address, deadline: True) is False
+    assert calls[-1] == ["resume-fail", "gpu-003"]
+    assert "does not have the node up" in events[-1][1]["error"]
+
+
+def test_a_machine_that_never_boots_is_not_configured(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    events: list[tuple[str, dict]] = []
+    assert join.join_one(tmp_path, "gpu-003", "10.0.0.13", 100, ["resume-fail"],
+                         lambda event, **f: events.append((event, f)), run=_fake_run(calls),
+                         answers=lambda address, deadline: False) is False
+    assert calls == [["resume-fail", "gpu-003"]]
+    assert "did not answer" in events[-1][1]["error"]
+
+
 def test_a_node_that_joins_is_left_alone(tmp_path: Path) -> None:
     calls: list[list[str]] = []
-
-    def run(argv, **kwargs):
-        calls.append(list(argv))
-        return subprocess.CompletedProcess(argv, 0)
-
-    assert join.join_one(tmp_path, "gpu-003", 100, ["resume-fail"], lambda e, **f: None,
-                         run=run) is True
-    assert len(calls) == 1 and (tmp_path / "known_hosts.d").is_dir()
+    assert join.join_one(tmp_path, "gpu-003", "10.0.0.13", 100, ["resume-fail"],
+                         lambda e, **f: None, run=_fake_run(calls),
+                         answers=lambda address, deadline: True) is True
+    assert [c[0] for c in calls] == ["ansible-playbook", "sinfo"]
+    assert (tmp_path / "known_hosts.d").is_dir()

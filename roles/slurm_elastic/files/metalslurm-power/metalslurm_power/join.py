@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -35,11 +36,31 @@ ANSIBLE_ENV = {"ANSIBLE_STRATEGY": "linear", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_STDOUT_CALLBACK": "default"}
 
 
-def launched_nodes(inventory: dict[str, Any]) -> set[str]:
-    """The kit inventory's nodes in launch-terminate mode."""
+def launched_nodes(inventory: dict[str, Any]) -> dict[str, str]:
+    """The kit inventory's nodes in launch-terminate mode, and the address each is reached at."""
     hosts = (inventory.get("all") or {}).get("hosts") or {}
-    return {name for name, hv in hosts.items()
+    return {name: str((hv or {}).get("ansible_host") or name) for name, hv in hosts.items()
             if ((hv or {}).get("metalslurm_power") or {}).get("mode") == "launch-terminate"}
+
+
+def sshd_answers(address: str, deadline: float, sleep: Callable[[float], None] = time.sleep,
+                 port: int = 22) -> bool:
+    """Whether the new machine's sshd takes a connection before ``deadline`` (it boots)."""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=2):
+                return True
+        except OSError:
+            sleep(1)
+    return False
+
+
+def registered(node: str, run: Callable[..., Any] = subprocess.run) -> bool:
+    """Whether slurmctld has the node up: registered and responding, no longer powering up."""
+    proc = run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T"],
+               capture_output=True, text=True, check=False, timeout=30)
+    states = proc.stdout.split() if proc.returncode == 0 else []
+    return bool(states) and not any(c in state for state in states for c in "#~*%!")
 
 
 def take_requests(requests: Path, allowed: set[str],
@@ -64,15 +85,19 @@ def take_requests(requests: Path, allowed: set[str],
 def playbook_argv(join_dir: Path, node: str) -> list[str]:
     kit = join_dir / KIT
     return ["ansible-playbook", "-i", str(kit / "inventory.yml"), str(kit / "ansible/site.yml"),
-            "--limit", node,
+            "--limit", node, "-e", "slurm_compute_join=true",
             # Each machine is new: its host key is taken on first use, into its own file.
             "-e", "ansible_ssh_common_args='-o UserKnownHostsFile="
                   f"{join_dir}/known_hosts.d/{node} -o StrictHostKeyChecking=accept-new'"]
 
 
-def join_one(join_dir: Path, node: str, timeout: float, resume_fail: Sequence[str],
-             log: Callable[..., None], run: Callable[..., Any] = subprocess.run) -> bool:
-    """Configure ``node``; on failure hand it to ResumeFailProgram. True when it joined."""
+def join_one(join_dir: Path, node: str, address: str, timeout: float,
+             resume_fail: Sequence[str], log: Callable[..., None],
+             run: Callable[..., Any] = subprocess.run,
+             answers: Callable[[str, float], bool] = sshd_answers) -> bool:
+    """Configure ``node`` once its machine's sshd answers; on failure hand it to
+    ResumeFailProgram. True when it joined: the run ended well and slurmctld has the node
+    up (a run that set the node aside as powered down changed nothing: a failure)."""
     (join_dir / "known_hosts.d").mkdir(mode=0o700, exist_ok=True)
     (join_dir / "known_hosts.d" / node).unlink(missing_ok=True)
     logs = join_dir / "logs"
@@ -81,15 +106,22 @@ def join_one(join_dir: Path, node: str, timeout: float, resume_fail: Sequence[st
     log("join_start", node=node)
     env = {**os.environ, **ANSIBLE_ENV, "ANSIBLE_CONFIG": str(join_dir / KIT / "ansible"
                                                               / "ansible.cfg")}
+    booted = answers(address, start + timeout)
+    log("join_booted", node=node, ok=booted, duration_s=round(time.monotonic() - start, 1))
     with open(logs / f"{node}.log", "w") as out:
         try:
+            if not booted:
+                raise TimeoutError(f"its sshd ({address}:22) did not answer in {timeout:.0f}s")
             proc = run(playbook_argv(join_dir, node), stdout=out, stderr=subprocess.STDOUT,
-                       env=env, cwd=join_dir / KIT / "ansible", timeout=timeout, check=False)
+                       env=env, cwd=join_dir / KIT / "ansible",
+                       timeout=max(start + timeout - time.monotonic(), 1), check=False)
             ok, why = proc.returncode == 0, f"ansible-playbook exit {proc.returncode}"
+            if ok and not registered(node, run):
+                ok, why = False, "the configure ended but slurmctld does not have the node up"
         except subprocess.TimeoutExpired:
             ok, why = False, f"not joined in {timeout:.0f}s"
-        except OSError as exc:
-            ok, why = False, f"ansible-playbook: {exc}"
+        except (OSError, TimeoutError) as exc:
+            ok, why = False, str(exc)
     duration = round(time.monotonic() - start, 1)
     if ok:
         log("join_end", node=node, ok=True, duration_s=duration)
@@ -126,13 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import yaml  # python3-yaml: the kit's inventory
 
     inventory = yaml.safe_load((args.join_dir / KIT / "inventory.yml").read_text())
-    nodes = take_requests(config.join_requests, launched_nodes(inventory), log)
+    launched = launched_nodes(inventory)
+    nodes = take_requests(config.join_requests, set(launched), log)
     if not nodes:
         return 0
     resume_fail = args.resume_fail.split()
     with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
-        joined = list(pool.map(lambda n: join_one(args.join_dir, n, args.timeout, resume_fail,
-                                                  log), nodes))
+        joined = list(pool.map(lambda n: join_one(args.join_dir, n, launched[n], args.timeout,
+                                                  resume_fail, log), nodes))
     return 0 if all(joined) else 1
 
 
