@@ -88,11 +88,17 @@ def resume_round() -> dict[str, float]:
     submit = time.time()
     job = ctl(f"sbatch --parsable --nodelist={NODE} --nodes=1 -o /dev/null --wrap=true")
     registered = wait("the node to register", lambda: not node_state().endswith(("#", "~")))
-    events = [json.loads(line) for line in ctl(f"cat {LOG}").splitlines()
-              if line.startswith("{")]
-    timeline = resume_timeline(events, NODE)
+
+    def events() -> list[dict]:
+        return [json.loads(line) for line in ctl(f"cat {LOG}").splitlines()
+                if line.startswith("{")]
+
+    wait("the join's end in the power log", lambda: any(
+        e.get("event") == "join_end" and seconds(e["ts"]) > submit for e in events()))
+    logged = events()
+    timeline = resume_timeline(logged, NODE)
     assert timeline and timeline["ok"], timeline
-    join_start, join_end = join_times(events, submit)
+    join_start, join_end = join_times(logged, submit)
     wait(f"job {job} to finish", lambda: ctl(f"squeue --noheader --jobs={job}") == "",
          every=0.5)
     power_down()
