@@ -78,8 +78,9 @@ ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's har
 # leaves the name=systemd cgroup podman made for it, and 'podman exec' into the node
 # fails: the local cluster reaches its nodes over SSH (as Ansible does), and reads files
 # from a node with 'podman cp'. Version 3: every node mounts the host's extra CA
-# certificates read-only (infra/providers/host_ca.py).
-CONTAINER_SPEC = "3"
+# certificates read-only (infra/providers/host_ca.py). Version 4: a node's hardware address
+# is fixed by its IP address (node_container.node_mac).
+CONTAINER_SPEC = "4"
 
 
 class LocalProviderError(RuntimeError):

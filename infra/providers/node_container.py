@@ -6,12 +6,28 @@ the power driver is the container ``local up`` would have made."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 RUNTIME = "runc"  # crun refuses --systemd=always on this host's hybrid cgroup layout
+
+
+def node_mac(address: str) -> str:
+    """The hardware address of the node at IPv4 ``address``: fixed, so a container made
+    again at that address is reached at once through the neighbour entries others hold
+    (podman's random one changes with every container), and set, so the node's udev leaves
+    it alone (its MACAddressPolicy=persistent rewrites a random one while the node boots,
+    and peers then send to the old one until their entry goes stale: about 30 s). A
+    locally administered unicast address: 02:6d ('m') and the four bytes of ``address``."""
+    try:
+        octets = ipaddress.IPv4Address(address).packed
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {address!r}") from None
+    return ":".join(f"{b:02x}" for b in (0x02, 0x6D, *octets))
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,8 @@ class NodeContainer:
         args = ["--runtime", RUNTIME, *((verb, "-d") if verb == "run" else (verb,)),
                 "--privileged", "--systemd=always",
                 "--name", self.name, "--hostname", self.hostname, "--no-hosts",
-                "--network", self.network, "--ip", self.address]
+                "--network", self.network, "--ip", self.address,
+                "--mac-address", node_mac(self.address)]
         for name, value in self.labels.items():
             args += ["--label", f"{name}={value}"]
         for m in self.mounts:
@@ -67,7 +84,8 @@ class NodeContainer:
             "oci_runtime": RUNTIME, "use_image_hosts": True, "sdnotifyMode": "container",
             "labels": dict(self.labels),
             "netns": {"nsmode": "bridge"},
-            "Networks": {self.network: {"static_ips": [self.address]}},
+            "Networks": {self.network: {"static_ips": [self.address],
+                                         "static_mac": node_mac(self.address)}},
             "mounts": [{"type": "bind", "source": str(m.source), "destination": m.destination,
                         "options": ["rbind", *m.options]} for m in self.mounts],
             "r_limits": limits,

@@ -295,10 +295,11 @@ def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
         assert cli == api
         for name in names:
             podman_machines.start(name)
+        # Each at its own address, with the hardware address that address fixes.
         assert [podman_machines.podman(
-            "inspect", "--format", f"{{{{(index .NetworkSettings.Networks \"{node_network}\")"
-            ".IPAddress}}", name).stdout.strip() for name in names] == ["10.79.251.5",
-                                                                       "10.79.251.6"]
+            "inspect", "--format", f"{{{{with (index .NetworkSettings.Networks \"{node_network}\")}}}}"
+            "{{.IPAddress}} {{.MacAddress}}{{end}}", name).stdout.strip() for name in names] == [
+                "10.79.251.5 02:6d:0a:4f:fb:05", "10.79.251.6 02:6d:0a:4f:fb:06"]
     finally:
         podman_machines.podman("rm", "-f", *names, check=False)
 

@@ -2,8 +2,11 @@
 
 from pathlib import Path
 
+import pytest
+
 from infra.ops.local import stack_name, state_dir_for
 from infra.providers.host_ca import NODE_HOST_CA_DIR
+from infra.providers.node_container import node_mac
 from infra.providers.local import (
     LocalCluster,
     LocalPlan,
@@ -145,7 +148,8 @@ def test_elastic_nodes_are_cloud_nodes_with_their_hardware_in_the_inventory(tmp_
 
 def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
     """The node container description gives 'podman run' exactly the arguments it had before
-    it was one description with two renderings (infra/providers/node_container.py)."""
+    it was one description with two renderings (infra/providers/node_container.py), and a
+    hardware address fixed by its IP address (CONTAINER_SPEC 4)."""
     cfg = parse_config({"metalslurm:computePools": [
         {"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 8}]})
     cluster = local_cluster(cfg, tmp_path)
@@ -156,8 +160,8 @@ def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
     assert args == [
         "--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
         "--name", "metalslurm-gpu-001", "--hostname", "gpu-001", "--no-hosts",
-        "--network", "metalslurm-net", "--ip", spec.address,
-        "--label", "metalslurm.spec=3", "--label", "metalslurm.cluster=metalslurm",
+        "--network", "metalslurm-net", "--ip", "10.77.0.11", "--mac-address", "02:6d:0a:4d:00:0b",
+        "--label", "metalslurm.spec=4", "--label", "metalslurm.cluster=metalslurm",
         "--label", "metalslurm.node=gpu-001", "--label", "metalslurm.groups=slurm_compute",
         "-v", f"{node_dir}:/etc/metalslurm:ro", "-v", f"{ca}:{NODE_HOST_CA_DIR}:ro",
         *[a for d, p in shared for a in ("-v", f"{d}:{p}:nosuid,nodev")],
@@ -165,8 +169,21 @@ def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
         "--cgroupns=private", "img:1", "/sbin/init"]
     body = cluster.node_container(spec, "img:1", cluster.bind_mounts()).create_body()
     assert (body["Networks"], body["cgroupns"], body["r_limits"][0]) == (
-        {"metalslurm-net": {"static_ips": [spec.address]}}, {"nsmode": "private"},
+        {"metalslurm-net": {"static_ips": ["10.77.0.11"], "static_mac": "02:6d:0a:4d:00:0b"}},
+        {"nsmode": "private"},
         {"type": "nofile", "soft": 8192, "hard": 8192})
     assert [(m["source"], m["destination"], m["options"]) for m in body["mounts"]][:2] == [
         (str(node_dir), "/etc/metalslurm", ["rbind", "ro"]),
         (str(ca), NODE_HOST_CA_DIR, ["rbind", "ro"])]
+
+
+@pytest.mark.parametrize("address, mac", [("10.77.0.11", "02:6d:0a:4d:00:0b"),
+                                          ("192.168.255.0", "02:6d:c0:a8:ff:00")])
+def test_a_nodes_hardware_address_is_fixed_by_its_ip_address(address, mac):
+    assert node_mac(address) == mac
+
+
+@pytest.mark.parametrize("address", ["10.77.0", "10.77.0.256", "fd00::1", ""])
+def test_a_hardware_address_is_refused_for_what_is_not_an_ipv4_address(address):
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        node_mac(address)

@@ -106,10 +106,6 @@ def join_one(join_dir: Path, node: str, address: str, timeout: float,
     log("join_start", node=node)
     env = {**os.environ, **ANSIBLE_ENV, "ANSIBLE_CONFIG": str(join_dir / KIT / "ansible"
                                                               / "ansible.cfg")}
-    # A machine made anew at an address another had: this host may still send to the old
-    # machine's hardware address, for as long as its neighbour entry counts as reachable
-    # (up to 45 s measured on the local cluster), which slurmctld's messages would wait for too.
-    run(["ip", "neigh", "flush", "to", address], capture_output=True, check=False, timeout=30)
     booted = answers(address, start + timeout)
     log("join_booted", node=node, ok=booted, duration_s=round(time.monotonic() - start, 1))
     with open(logs / f"{node}.log", "w") as out:
