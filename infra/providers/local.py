@@ -52,7 +52,7 @@ from infra.providers.podman import (
     remove_containers,
 )
 from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_text
-from infra.providers.prepared import kind_of
+from infra.providers.prepared import hold, kind_of, release
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import (
     NodeSpec,
@@ -459,15 +459,23 @@ class LocalCluster:
     def write_allow_file(self, image_of: Callable[[NodeSpec], str] | None = None) -> None:
         """The proxy's allow file: the elastic nodes, and for a launch-terminate one the
         container the proxy creates for it (from the image ``image_of`` names). Without
-        launch-terminate nodes, one name a line (the format an older proxy reads)."""
+        launch-terminate nodes, one name a line (the format an older proxy reads).
+
+        A launch-terminate node's image is held for this cluster (prepared.hold): no
+        container uses it while the node is powered down, and another cluster's image
+        build, which removes the older images of a kind that no container uses, would
+        otherwise leave the next resume nothing to make the machine from."""
         elastic = [s for s in self.specs() if s.node_state == "cloud"]
-        if any(self.launched(s) for s in elastic):
+        launched = [s for s in elastic if self.launched(s)]
+        if launched:
             if image_of is None:
                 raise LocalProviderError("launch-terminate nodes need their image to be known")
+            held = hold(self.plan.cluster_name, sorted({image_of(s) for s in launched}))
             text = allow_file_text({self.container(s.name): Allowed(
-                LAUNCH_TERMINATE, self.node_container(s, image_of(s), self.node_mounts(s))
+                LAUNCH_TERMINATE, self.node_container(s, held[image_of(s)], self.node_mounts(s))
                 .create_body()) if self.launched(s) else Allowed() for s in elastic})
         else:
+            release(self.plan.cluster_name)
             text = "".join(f"{self.container(s.name)}\n" for s in elastic)
         # The proxy reads it on every request: it sees the old file or the new one.
         fd, tmp = tempfile.mkstemp(dir=self.allow_file.parent, prefix=".podman-proxy-allow.")
@@ -754,6 +762,7 @@ def destroy_cluster(cluster_name: str, state: StateDir) -> int:
     if names:
         remove_containers(names)
     stop_podman_service(state)
+    release(cluster_name)
     network = network_name(cluster_name)
     if podman("network", "exists", network, check=False).returncode == 0:
         podman("network", "rm", "-f", network)

@@ -7,7 +7,6 @@ the power driver is the container ``local up`` would have made."""
 from __future__ import annotations
 
 import ipaddress
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

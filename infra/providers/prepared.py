@@ -24,7 +24,7 @@ import hashlib
 import ipaddress
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,6 +202,41 @@ def prune_older(ref: str) -> list[str]:
                 podman("rmi", other, check=False).returncode == 0:
             removed.append(other)
     return removed
+
+
+# A cluster's hold on an image no container of it uses yet: the image a launch-terminate
+# node's machine is made from on resume (infra/providers/local.py, write_allow_file). Held
+# under a second name, so prune_older, which removes by name, only takes the other one.
+HELD_REPO = "localhost/metalslurm-held"
+
+
+def held_ref(cluster_name: str, ref: str) -> str:
+    """The name ``cluster_name`` holds image ``ref`` by (each a podman name part)."""
+    repo, _, tag = ref.rpartition(":")
+    return f"{HELD_REPO}:{cluster_name}_{repo.rsplit('/', 1)[-1]}_{tag}"
+
+
+def hold(cluster_name: str, refs: Sequence[str]) -> dict[str, str]:
+    """Hold ``refs`` for ``cluster_name`` (each also tagged under its held name) and let go
+    of the images it held before and no longer names; returns each ref's held name."""
+    held = {ref: held_ref(cluster_name, ref) for ref in refs}
+    for ref, name in held.items():
+        podman("tag", ref, name)
+    release(cluster_name, keep=held.values())
+    return held
+
+
+def release(cluster_name: str, keep: Iterable[str] = ()) -> list[str]:
+    """Let go of the images ``cluster_name`` holds, but ``keep``: their held names removed
+    (an image no other name or container keeps goes with it)."""
+    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", HELD_REPO,
+                    check=False).stdout.split()
+    kept, gone = set(keep), []
+    for name in listed:
+        if name.startswith(f"{HELD_REPO}:{cluster_name}_") and name not in kept and \
+                podman("rmi", name, check=False).returncode == 0:
+            gone.append(name)
+    return gone
 
 
 # Podman's own storage (root's, where the images the lock guards are kept): one build at a

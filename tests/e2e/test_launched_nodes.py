@@ -105,7 +105,9 @@ def test_a_job_makes_the_machine_which_joins_and_runs_it(cluster):
     assert first
     image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", CONTAINER],
                            capture_output=True, text=True, check=True).stdout.strip()
-    assert image.startswith("localhost/metalslurm-prepared:trixie-compute-")
+    # The prepared compute image, held for this cluster (prepared.hold).
+    assert image.startswith(f"localhost/metalslurm-held:{CLUSTER}_metalslurm-prepared_"
+                            "trixie-compute-"), image
     # Same munge key as every other node (from the controller's kit, not the image). The
     # operator's known_hosts has no key of a machine made after 'up': its console.
     keys = {n: cluster.on(n, "sha256sum /etc/munge/munge.key").stdout.split()[0]

@@ -38,6 +38,7 @@ from infra.providers.local import ULIMITS
 from infra.providers.node_container import Mount, NodeContainer
 from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_text, make_handler
 from infra.providers.podman_proxy import Server as ProxyServer
+from infra.providers.prepared import HELD_REPO, PREPARED_REPO, hold, prune_older, release
 from tests.e2e import podman_machines
 from tests.e2e.cluster import REPO
 
@@ -296,9 +297,10 @@ def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
         for name in names:
             podman_machines.start(name)
         # Each at its own address, with the hardware address that address fixes.
-        assert [podman_machines.podman(
-            "inspect", "--format", f"{{{{with (index .NetworkSettings.Networks \"{node_network}\")}}}}"
-            "{{.IPAddress}} {{.MacAddress}}{{end}}", name).stdout.strip() for name in names] == [
+        form = (f"{{{{with (index .NetworkSettings.Networks \"{node_network}\")}}}}"
+                "{{.IPAddress}} {{.MacAddress}}{{end}}")
+        assert [podman_machines.podman("inspect", "--format", form, name).stdout.strip()
+                for name in names] == [
                 "10.79.251.5 02:6d:0a:4f:fb:05", "10.79.251.6 02:6d:0a:4f:fb:06"]
     finally:
         podman_machines.podman("rm", "-f", *names, check=False)
@@ -332,3 +334,37 @@ def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
         server.shutdown()
         server.server_close()
         podman_machines.podman("rm", "-f", name, check=False)
+
+
+def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune() -> None:
+    """A launch-terminate node has no container while powered down: its image is held for
+    its cluster (prepared.hold) so that another cluster's image build, which removes the
+    older images of a kind no container uses (prepared.prune_older), leaves it to the next
+    resume; the cluster's down lets it go (prepared.release)."""
+    base = podman_machines.ensure_image()
+    older, newer = (f"{PREPARED_REPO}:testos-compute-{h}"
+                    for h in ("0ld0ld0ld0ld", "11e111e111e1"))
+    cluster = "ms-hold-test"
+    release(cluster)
+    for ref in (older, newer):
+        podman_machines.podman("tag", base, ref)
+    try:
+        held = hold(cluster, [older])
+        assert held == {older: f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-"
+                               "0ld0ld0ld0ld"}
+        assert prune_older(newer) == [older]
+        assert podman_machines.podman("image", "exists", held[older],
+                                      check=False).returncode == 0
+        # Holding the newer one lets go of the older, as a second 'up' after a rebuild does.
+        newer_held = f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-11e111e111e1"
+        assert hold(cluster, [newer]) == {newer: newer_held}
+        assert podman_machines.podman("image", "exists", held[older],
+                                      check=False).returncode != 0
+        assert release(cluster) == [newer_held]
+        # Only the held names went: the image under its own name stays.
+        assert podman_machines.podman("image", "exists", newer, check=False).returncode == 0
+        assert podman_machines.podman("image", "exists", base, check=False).returncode == 0
+    finally:
+        release(cluster)
+        for ref in (older, newer):
+            podman_machines.podman("rmi", ref, check=False)

@@ -6,7 +6,6 @@ import pytest
 
 from infra.ops.local import stack_name, state_dir_for
 from infra.providers.host_ca import NODE_HOST_CA_DIR
-from infra.providers.node_container import node_mac
 from infra.providers.local import (
     LocalCluster,
     LocalPlan,
@@ -20,6 +19,7 @@ from infra.providers.local import (
     storage_mode,
     write_local_inventory,
 )
+from infra.providers.node_container import node_mac
 from infra.stack.config import parse_config
 from infra.stack.state import StateDir, ensure_cluster_secrets
 
