@@ -410,8 +410,10 @@ class LocalCluster:
                 node_dir.mkdir(parents=True, exist_ok=True)
                 (node_dir / "node.env").write_text(node_env)
                 (node_dir / "authorized_keys").write_text(public_key)
-            if found and found[0].get("State") != "running":
-                remove_containers([name])  # powered down: no machine (made again on resume)
+            # Powered down: no machine (made again on resume). One just created, not yet
+            # started, is a resume's: left to it.
+            if found and found[0].get("State") in ("exited", "stopped"):
+                remove_containers([name])
             return
         made_as = (found[0].get("Labels") or {}).get("metalslurm.spec") if found else None
         moved = bool(found) and self.container_address(name) not in (None, spec.address)
@@ -646,6 +648,8 @@ class LocalCluster:
         self.ensure_network()
         if self.has_elastic_nodes:
             self.ensure_podman_service(lambda s: (images or {}).get(kind_of(s.groups), image))
+        else:
+            release(self.plan.cluster_name)  # images held for elastic nodes it had
         self.remove_nodes_not_in(specs)
         known = {line.split(",", 1)[0]: line for line in
                  (_read(self.state.known_hosts) or "").splitlines() if "," in line}

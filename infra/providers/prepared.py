@@ -192,15 +192,26 @@ def commit(container: str, ref: str, kind: str, inputs: str) -> None:
 
 
 def prune_older(ref: str) -> list[str]:
-    """Remove the other prepared images of the same OS and kind that no container uses."""
+    """Remove the other prepared images of the same OS and kind that nothing uses: no
+    container (running or not) is made from it and no cluster holds it (:func:`hold`).
+    Checked here, not left to ``podman rmi``: an image with a second name loses only the
+    name it is removed by, used or not."""
     prefix = ref.rsplit("-", 1)[0] + "-"
-    listed = podman("images", "--format", "{{.Repository}}:{{.Tag}}", PREPARED_REPO,
-                    check=False).stdout.split()
+    names: dict[str, list[str]] = {}
+    for line in podman("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}",
+                       check=False).stdout.splitlines():
+        image_id, _, name = line.partition(" ")
+        names.setdefault(image_id.removeprefix("sha256:"), []).append(name)
+    used = {i.removeprefix("sha256:") for i in podman(
+        "ps", "-a", "--no-trunc", "--format", "{{.ImageID}}", check=False).stdout.split()}
     removed = []
-    for other in listed:
-        if other != ref and other.startswith(prefix) and \
-                podman("rmi", other, check=False).returncode == 0:
-            removed.append(other)
+    for image_id, its_names in names.items():
+        if image_id in used or any(n.startswith(f"{HELD_REPO}:") for n in its_names):
+            continue
+        for other in its_names:
+            if other != ref and other.startswith(prefix) and \
+                    podman("rmi", other, check=False).returncode == 0:
+                removed.append(other)
     return removed
 
 

@@ -77,9 +77,13 @@ def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, A
 
 
 def _files(root: Path, sub: str) -> Iterable[Path]:
+    """The files of ``root/sub`` a run reads: no tests, and nothing a tool leaves in a
+    checkout (caches, hidden folders, a package's egg-info), which would change the kit's
+    bytes, and with them the configure's result, without any change to the roles."""
     for path in sorted((root / sub).rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_file() and not path.is_symlink() and not (_SKIP_DIRS & set(rel.parts)) \
+        parts = path.relative_to(root).parts
+        if path.is_file() and not path.is_symlink() and not (_SKIP_DIRS & set(parts)) \
+                and not any(p.startswith(".") or p.endswith(".egg-info") for p in parts) \
                 and path.suffix != ".pyc":
             yield path
 

@@ -57,5 +57,11 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
     prepared = c.boolean(item, "preparedImages", f"{where}.preparedImages", True)
     mode = c.string(item, "elasticMode", f"{where}.elasticMode", default=ELASTIC_MODES[0],
                     choices=ELASTIC_MODES)
+    if mode == "launch-terminate" and prepared is False:
+        # A machine made anew is configured by the join within ResumeTimeout: from the bare
+        # node image that is a cold configure, every package installed on each resume.
+        c.problem(f"{where}.elasticMode",
+                  "launch-terminate makes each elastic node's machine from the prepared compute "
+                  f"image: set {where}.preparedImages to true, or elasticMode to start-stop")
     return LocalSettings(image_source=image_source or "auto", mirror=mirror,
                          prepared_images=prepared, elastic_mode=mode or ELASTIC_MODES[0])

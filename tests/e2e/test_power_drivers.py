@@ -339,22 +339,28 @@ def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
 def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune() -> None:
     """A launch-terminate node has no container while powered down: its image is held for
     its cluster (prepared.hold) so that another cluster's image build, which removes the
-    older images of a kind no container uses (prepared.prune_older), leaves it to the next
-    resume; the cluster's down lets it go (prepared.release)."""
+    older images of a kind nothing uses (prepared.prune_older), leaves it to the next
+    resume; the cluster's down lets it go (prepared.release). All on the same image as
+    several names: podman's rmi of one of them removes only that name, used or not."""
     base = podman_machines.ensure_image()
     older, newer = (f"{PREPARED_REPO}:testos-compute-{h}"
                     for h in ("0ld0ld0ld0ld", "11e111e111e1"))
     cluster = "ms-hold-test"
     release(cluster)
-    for ref in (older, newer):
-        podman_machines.podman("tag", base, ref)
+    podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
+    podman_machines.podman("create", "--name", "ms-hold-test-user", base)
+    for ref in (older, newer):  # two images, each its own
+        podman_machines.podman("commit", "--quiet", "--change", f"LABEL metalslurm.test={ref}",
+                               "ms-hold-test-user", ref)
+    podman_machines.podman("rm", "-f", "ms-hold-test-user")
     try:
         held = hold(cluster, [older])
         assert held == {older: f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-"
                                "0ld0ld0ld0ld"}
-        assert prune_older(newer) == [older]
-        assert podman_machines.podman("image", "exists", held[older],
-                                      check=False).returncode == 0
+        # Held: a build of the newer one leaves it, under both names.
+        assert prune_older(newer) == []
+        assert all(podman_machines.podman("image", "exists", name, check=False).returncode == 0
+                   for name in (older, held[older]))
         # Holding the newer one lets go of the older, as a second 'up' after a rebuild does.
         newer_held = f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-11e111e111e1"
         assert hold(cluster, [newer]) == {newer: newer_held}
@@ -363,8 +369,14 @@ def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune
         assert release(cluster) == [newer_held]
         # Only the held names went: the image under its own name stays.
         assert podman_machines.podman("image", "exists", newer, check=False).returncode == 0
+        # Held by nobody now and used by no container, the older one is pruned; one a
+        # container uses is not, though its name alone could be removed.
+        podman_machines.podman("create", "--name", "ms-hold-test-user", newer)
+        assert prune_older(f"{PREPARED_REPO}:testos-compute-fffffffffff0") == [older]
+        assert podman_machines.podman("image", "exists", newer, check=False).returncode == 0
         assert podman_machines.podman("image", "exists", base, check=False).returncode == 0
     finally:
+        podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
         release(cluster)
         for ref in (older, newer):
             podman_machines.podman("rmi", ref, check=False)

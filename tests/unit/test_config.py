@@ -226,6 +226,9 @@ BAD = [
      "metalslurm:users", "uid '2001' is used more than once"),
     (ms(users=[{"name": "alice", "uid": 0}]), "metalslurm:users[0].uid", "at least 1000"),
     (ms(configure="yes"), "metalslurm:configure", "true or false"),
+    (ms(local={"elasticMode": "launch-terminate", "preparedImages": False}),
+     "metalslurm:local.elasticMode", "set metalslurm:local.preparedImages to true"),
+    (ms(local={"elasticMode": "terminate"}), "metalslurm:local.elasticMode", "start-stop"),
 ]
 
 

@@ -112,11 +112,13 @@ def test_every_role_of_the_playbook_is_read():
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
 # and why: chrony runs only on hosts that keep their own time (not in containers); the
-# reconciler is a timer, checked by the elastic e2e tests.
+# reconciler is a timer, checked by the elastic e2e tests; the join's path unit runs only
+# on a controller with launch-terminate nodes, whose joins tests/e2e/test_launched_nodes.py
+# runs.
 # The DCGM guard runs with the NVIDIA driver's services (real GPUs only; test_gpu_driver.py
 # and tests/verify/test_gpu.py check it where the driver runs).
 NOT_PLACED = {("common", "chrony"), ("slurm_elastic", "metalslurm-power-reconcile.timer"),
-              ("nvidia_gpu", "metalslurm-dcgm-guard")}
+              ("slurm_elastic", "metalslurm-join.path"), ("nvidia_gpu", "metalslurm-dcgm-guard")}
 
 
 def services_roles_keep_running() -> set[tuple[str, str]]:

@@ -11,6 +11,7 @@ containers).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import threading
@@ -611,18 +612,136 @@ def test_a_failed_power_on_asks_for_no_join(tmp_path: Path, fake: FakeSlurm) -> 
 def test_the_join_service_takes_only_its_launched_nodes(tmp_path: Path) -> None:
     requests = tmp_path / "requests"
     requests.mkdir()
-    for name in ("gpu-003", "gpu-001", "ctl", "..x", "gpu-003.log"):
+    for name in ("gpu-003", "gpu-001", "ctl", "..x", "gpu-003.log", "x e.so y"):
         (requests / name).write_text("planted content is never read")
+    os.utime(requests / "gpu-003", (1000.0, 1000.0))
     refused: list[tuple[str, str]] = []
     took = join.take_requests(requests, {"gpu-003", "gpu-004"},
-                              lambda event, **f: refused.append((f["node"], f["error"])))
-    assert took == ["gpu-003"]
+                              lambda event, **f: refused.append((f["node"], f["error"])),
+                              now=lambda: 5000.0)
+    assert took == [("gpu-003", 1000.0)]  # asked at its file's time
     assert list(requests.iterdir()) == []  # every request taken, refused or not
-    assert sorted(n for n, _ in refused) == ["..x", "ctl", "gpu-001", "gpu-003.log"]
+    # A name that is no node name is logged as its repr.
+    assert sorted(n for n, _ in refused) == ["'..x'", "'x e.so y'", "ctl", "gpu-001",
+                                             "gpu-003.log"]
     assert join.launched_nodes({"all": {"hosts": {
         "gpu-003": {"ansible_host": "10.0.0.13", "metalslurm_power": {"mode": "launch-terminate"}},
         "gpu-001": {"metalslurm_power": {"driver": "local"}}, "ctl": None}}}) == {
             "gpu-003": "10.0.0.13"}
+
+
+def test_a_request_that_is_not_a_plain_file_is_removed_and_refused(tmp_path: Path) -> None:
+    """SlurmUser writes the requests directory: a directory (whose entries would stay and
+    start the service again and again), a link or a FIFO is removed, never followed."""
+    requests, outside = tmp_path / "requests", tmp_path / "outside"
+    requests.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("root's")
+    (requests / "gpu-003").mkdir()
+    (requests / "gpu-003" / "escape").symlink_to(outside)
+    (requests / "gpu-004").symlink_to(outside / "keep")
+    os.mkfifo(requests / "gpu-005")
+    refused: list[tuple[str, str]] = []
+    took = join.take_requests(requests, {"gpu-003", "gpu-004", "gpu-005"},
+                              lambda event, **f: refused.append((f["node"], f["error"])))
+    assert took == []
+    assert sorted(refused) == [(n, "not a plain file") for n in ("gpu-003", "gpu-004", "gpu-005")]
+    assert list(requests.iterdir()) == []
+    assert (outside / "keep").read_text() == "root's"
+
+
+def test_a_request_that_arrives_during_a_join_is_taken_at_once(tmp_path: Path) -> None:
+    """One service run joins gpu-003; gpu-004's request arrives while it runs and is joined
+    beside it, its deadline counted from its own request."""
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    (requests / "gpu-003").touch()
+    started: dict[str, float | None] = {}
+    release = threading.Event()
+
+    def fake_join(join_dir, node, address, timeout, resume_fail, log, asked=None):
+        started[node] = asked
+        if node == "gpu-003":
+            (requests / "gpu-004").touch()
+            os.utime(requests / "gpu-004", (time.time() - 30, time.time() - 30))
+            assert release.wait(10)
+        else:
+            release.set()
+        return True
+
+    assert join.serve(requests, tmp_path, {"gpu-003": "10.0.0.13", "gpu-004": "10.0.0.14"},
+                      100, ["resume-fail"], lambda event, **f: None, join=fake_join,
+                      sleep=lambda s: time.sleep(0.01)) is True
+    assert sorted(started) == ["gpu-003", "gpu-004"]
+    assert time.time() - 31 < started["gpu-004"] < time.time() - 29
+
+
+def test_a_join_counts_its_deadline_from_the_request(tmp_path: Path) -> None:
+    """A request taken 90 s after it was made has 10 s of a 100 s timeout left."""
+    deadlines: list[float] = []
+    events: list[tuple[str, dict]] = []
+
+    def answers(address, deadline):
+        deadlines.append(deadline - time.monotonic())
+        return False
+
+    assert join.join_one(tmp_path, "gpu-003", "10.0.0.13", 100, ["resume-fail"],
+                         lambda event, **f: events.append((event, f)), run=_fake_run([]),
+                         answers=answers, asked=time.time() - 90) is False
+    assert 8 < deadlines[0] <= 10
+    assert events[0] == ("join_start", {"node": "gpu-003", "waited_s": 90.0})
+
+
+def test_without_a_kit_every_request_goes_to_resume_fail_at_once(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    (requests / "gpu-003").touch()
+    marker = tmp_path / "failed"
+    rc = join.main(["--requests", str(requests), "--log", str(tmp_path / "power.log"),
+                    "--join-dir", str(tmp_path / "join"), "--timeout", "100",
+                    "--resume-fail", f"sh -c 'echo $0 >> {marker}'"])
+    assert rc == 2
+    assert list(requests.iterdir()) == []
+    ends = [e for e in read_log(tmp_path / "power.log") if e["event"] == "join_end"]
+    assert [(e["node"], e["ok"]) for e in ends] == [("gpu-003", False)]
+    assert "inventory cannot be read" in ends[0]["error"]
+
+
+def test_a_resume_whose_join_cannot_be_asked_for_fails_at_once(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    """No request written (the directory is gone): nothing would configure the machine, so
+    it is powered off and the node returned, not left until ResumeTimeout."""
+    fake.set_nodes({"gpu-002": "IDLE+CLOUD+POWERING_UP"})
+    nodes = local_nodes("gpu-002")
+    nodes["gpu-002"]["mode"] = "launch-terminate"
+    RecordingDriver.batches.clear()
+    ctx = context(tmp_path, fake, nodes, RecordingDriver({}),
+                  join={"requests": str(tmp_path / "gone")})
+    assert actions.resume(ctx, ["gpu-002"]) == 1
+    assert RecordingDriver.batches == [("on", ["gpu-002"]), ("off-force", ["gpu-002"])]
+    assert fake.states() == {"gpu-002": "IDLE+CLOUD+POWERED_DOWN"}
+    update = [u for u in fake.updates() if "state=POWER_DOWN_FORCE" in u][0]
+    assert update[3].startswith("reason=metalslurm: power on failed: no join asked for")
+
+
+def test_the_power_log_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    """The join service appends to SlurmUser's power log as root: a symbolic link, a hard
+    link or a FIFO at the log's name is refused."""
+    target = tmp_path / "ld.so.preload"
+    target.write_text("")
+    for plant in ("symlink", "hardlink", "fifo"):
+        log = tmp_path / f"{plant}.log"
+        if plant == "symlink":
+            log.symlink_to(target)
+        elif plant == "hardlink":
+            os.link(target, log)
+        else:
+            os.mkfifo(log)
+        EventLog(log, program="join").event("join_refused", node="x /tmp/e.so y")
+    assert target.read_text() == ""
+    EventLog(tmp_path / "power.log", program="join").event("join_start", node="gpu-003")
+    assert read_log(tmp_path / "power.log")[0]["node"] == "gpu-003"
 
 
 def _fake_run(calls: list[list[str]], playbook_rc: int = 0, sinfo: str = "mixed\n"):

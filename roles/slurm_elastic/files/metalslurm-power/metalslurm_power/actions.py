@@ -217,22 +217,27 @@ def power_on(ctx: Context, nodes: Sequence[str]) -> dict[str, NodeResult]:
     return results
 
 
-def request_join(ctx: Context, nodes: Sequence[str]) -> None:
+def request_join(ctx: Context, nodes: Sequence[str]) -> dict[str, str]:
     """Ask the controller's join service (metalslurm-join, root) to configure machines made
     anew: one empty file per node in the requests directory, which only root and
     SlurmUser can write. The service takes only nodes the power config has in
-    launch-terminate mode."""
+    launch-terminate mode. Returns the nodes that could not be asked, and why: nothing
+    would configure their machines."""
     requests = ctx.config.join_requests
+    failed = {}
     for node in nodes:
-        if requests is None or ctx.dry_run:
-            ctx.log.event("join_request", node=node, phase="join", ok=False,
-                          skipped="dry run" if ctx.dry_run else "no join requests directory")
+        if ctx.dry_run:
+            ctx.log.event("join_request", node=node, phase="join", ok=False, skipped="dry run")
             continue
         try:
+            if requests is None:
+                raise OSError("the power config has no join requests directory")
             (requests / node).touch()
             ctx.log.event("join_request", node=node, phase="join", ok=True)
         except OSError as exc:
+            failed[node] = f"no join asked for: {exc}"
             ctx.log.event("join_request", node=node, phase="join", ok=False, error=str(exc))
+    return failed
 
 
 def resume(ctx: Context, nodes: Sequence[str]) -> int:
@@ -242,12 +247,12 @@ def resume(ctx: Context, nodes: Sequence[str]) -> int:
         result = results[node]
         if result.ok and result.address:
             ctx.slurm.update([node], nodeaddr=result.address, nodehostname=node)
-    request_join(ctx, [n for n in nodes if results[n].ok and ctx.config.launched(n)])
-    failed = [n for n in nodes if not results[n].ok]
+    unasked = request_join(ctx, [n for n in nodes if results[n].ok and ctx.config.launched(n)])
+    failed = [n for n in nodes if not results[n].ok or n in unasked]
     if failed:
         # A machine that half-started must not keep billing.
         call_driver(ctx, "power_off", [n for n in failed if ctx.config.driver_of(n)], force=True)
-        errors = sorted({results[n].error or "" for n in failed})
+        errors = sorted({unasked.get(n) or results[n].error or "" for n in failed})
         return_to_pool(ctx, failed, "power on failed: " + "; ".join(errors))
     return 1 if failed else 0
 

@@ -9,28 +9,41 @@ gives the machine its files and the munge key and starts slurmd (configless): th
 registers and its job starts. A node whose run fails is handed to ResumeFailProgram (as
 SlurmUser), which powers its machine off and returns it to the pool: never left half
 joined. A request for a node the kit does not have in launch-terminate mode is refused
-and removed; the file's content is never read.
+and removed, whatever it is (a link, a directory); the file's content is never read.
+
+SlurmUser writes the requests directory, its power config and the power log, so this
+program (root) reads nothing of theirs but the requests' names and times: its settings
+come from its unit's command line (root's), and it appends to the power log only through
+a descriptor that is that log's own regular file (eventlog.EventLog). Each node's deadline
+counts from its request, not from when this program took it; requests that arrive while
+others run are taken at once. The kit is read under a shared lock the configure takes
+exclusively to replace it (tasks/join.yml).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .config import DEFAULT_CONFIG, ConfigError, load_config
 from .eventlog import EventLog
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 KIT = "kit"
+KIT_LOCK = "kit.lock"  # tasks/join.yml takes it exclusively to replace the kit
+WORKERS = 8  # machines configured at once
+POLL_S = 1.0  # how often requests that arrive during a join are looked for
 # Ansible's own strategy (Mitogen is the operator's, not the controller's).
 ANSIBLE_ENV = {"ANSIBLE_STRATEGY": "linear", "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_STDOUT_CALLBACK": "default"}
@@ -63,22 +76,52 @@ def registered(node: str, run: Callable[..., Any] = subprocess.run) -> bool:
     return bool(states) and not any(c in state for state in states for c in "#~*%!")
 
 
-def take_requests(requests: Path, allowed: set[str],
-                  log: Callable[..., None]) -> list[str]:
-    """The requested nodes (each request removed as it is taken); others refused."""
+def _remove(path: Path) -> str | None:
+    """Remove a request entry whatever it is, never following a link; why not, or None."""
+    try:
+        if stat.S_ISDIR(path.lstat().st_mode):
+            if not shutil.rmtree.avoids_symlink_attacks:
+                return "a directory, and this platform's rmtree could follow links in it"
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot remove the request: {exc}"
+    return None
+
+
+def take_requests(requests: Path, allowed: Collection[str] | None, log: Callable[..., None],
+                  now: Callable[[], float] = time.time) -> list[tuple[str, float]]:
+    """The requested nodes of ``allowed`` (None: any node name), each with when it was
+    asked (its file's time, no earlier than ``now() - 1 day``, no later than now), each
+    request removed as it is taken; others refused (and removed). A name that is not a
+    node name is logged as its repr."""
     nodes = []
-    for entry in sorted(requests.iterdir()) if requests.is_dir() else []:
+    try:
+        entries = sorted(requests.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
         name = entry.name
         try:
-            entry.unlink()
-        except OSError as exc:
-            log("join_refused", node=name[:64], error=f"cannot remove the request: {exc}")
+            info = entry.lstat()
+        except OSError:
             continue
-        if not NAME.match(name) or name not in allowed:
-            log("join_refused", node=name[:64],
-                error="not an elastic node in launch-terminate mode of this cluster")
+        shown = name if NAME.match(name) else repr(name)[:66]
+        error = _remove(entry)
+        if error:
+            log("join_refused", node=shown, error=error)
             continue
-        nodes.append(name)
+        if not stat.S_ISREG(info.st_mode) or not NAME.match(name) or \
+                (allowed is not None and name not in allowed):
+            log("join_refused", node=shown,
+                error="not an elastic node in launch-terminate mode of this cluster"
+                if stat.S_ISREG(info.st_mode) else "not a plain file")
+            continue
+        t = now()
+        nodes.append((name, min(max(info.st_mtime, t - 86400), t)))
     return nodes
 
 
@@ -94,16 +137,20 @@ def playbook_argv(join_dir: Path, node: str) -> list[str]:
 def join_one(join_dir: Path, node: str, address: str, timeout: float,
              resume_fail: Sequence[str], log: Callable[..., None],
              run: Callable[..., Any] = subprocess.run,
-             answers: Callable[[str, float], bool] = sshd_answers) -> bool:
-    """Configure ``node`` once its machine's sshd answers; on failure hand it to
-    ResumeFailProgram. True when it joined: the run ended well and slurmctld has the node
-    up (a run that set the node aside as powered down changed nothing: a failure)."""
+             answers: Callable[[str, float], bool] = sshd_answers,
+             asked: float | None = None) -> bool:
+    """Configure ``node`` once its machine's sshd answers, within ``timeout`` seconds of
+    ``asked`` (its request's time; now if None); on failure hand it to ResumeFailProgram.
+    True when it joined: the run ended well and slurmctld has the node up (a run that set
+    the node aside as powered down changed nothing: a failure)."""
     (join_dir / "known_hosts.d").mkdir(mode=0o700, exist_ok=True)
     (join_dir / "known_hosts.d" / node).unlink(missing_ok=True)
     logs = join_dir / "logs"
     logs.mkdir(mode=0o700, exist_ok=True)
-    start = time.monotonic()
-    log("join_start", node=node)
+    # The request waited (for this program to start, or for others) before it was taken.
+    waited = max(time.time() - asked, 0.0) if asked is not None else 0.0
+    start = time.monotonic() - waited
+    log("join_start", node=node, waited_s=round(waited, 1))
     env = {**os.environ, **ANSIBLE_ENV, "ANSIBLE_CONFIG": str(join_dir / KIT / "ansible"
                                                               / "ansible.cfg")}
     booted = answers(address, start + timeout)
@@ -132,41 +179,76 @@ def join_one(join_dir: Path, node: str, address: str, timeout: float,
     return False
 
 
+def fail_requests(requests: Path, resume_fail: Sequence[str], why: str,
+                  log: Callable[..., None], run: Callable[..., Any] = subprocess.run) -> int:
+    """Nothing can be joined (no kit to read): every request taken and its node handed to
+    ResumeFailProgram at once, rather than left to wait out ResumeTimeout."""
+    nodes = [n for n, _ in take_requests(requests, None, log)]
+    for node in nodes:
+        log("join_end", node=node, ok=False, duration_s=0.0, error=why)
+        run([*resume_fail, node], check=False, timeout=600)
+    return 2
+
+
+def serve(requests: Path, join_dir: Path, launched: dict[str, str], timeout: float,
+          resume_fail: Sequence[str], log: Callable[..., None],
+          join: Callable[..., bool] = join_one, sleep: Callable[[float], None] = time.sleep
+          ) -> bool:
+    """Join the requested machines, taking the requests that arrive meanwhile, until none is
+    left; whether every one joined."""
+    running: dict[str, Future[bool]] = {}
+    results: list[bool] = []
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        while True:
+            for node, asked in take_requests(requests, set(launched), log):
+                if node in running:  # asked again while it joins: the join answers both
+                    continue
+                running[node] = pool.submit(join, join_dir, node, launched[node], timeout,
+                                            resume_fail, log, asked=asked)
+            for node in [n for n, f in running.items() if f.done()]:
+                results.append(running.pop(node).result())
+            if not running:
+                return all(results)
+            sleep(POLL_S)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="metalslurm-join", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default=os.environ.get("METALSLURM_POWER_CONFIG", DEFAULT_CONFIG))
+    p.add_argument("--requests", type=Path, required=True,
+                   help="the directory SlurmUser's resume leaves a request per node in")
+    p.add_argument("--log", type=Path, required=True,
+                   help="the power log (JSON lines) this program's events are appended to")
     p.add_argument("--join-dir", type=Path, required=True,
                    help="the join kit's directory (root only)")
     p.add_argument("--timeout", type=float, required=True,
-                   help="seconds a node's configure may take (inside ResumeTimeout)")
+                   help="seconds a node's join may take from its request (inside ResumeTimeout)")
     p.add_argument("--resume-fail", required=True,
                    help="the command that powers a node off and returns it (as SlurmUser)")
     args = p.parse_args(argv)
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"metalslurm-join: {exc}", file=sys.stderr)
-        return 2
-    events = EventLog(config.log_file, program="join")
+    events = EventLog(args.log, program="join")
 
     def log(event: str, **fields: Any) -> None:
         events.event(event, phase="join", **fields)
 
-    if config.join_requests is None:
-        log("join_refused", error="the power config has no join requests directory")
-        return 2
-    import yaml  # python3-yaml: the kit's inventory
-
-    inventory = yaml.safe_load((args.join_dir / KIT / "inventory.yml").read_text())
-    launched = launched_nodes(inventory)
-    nodes = take_requests(config.join_requests, set(launched), log)
-    if not nodes:
-        return 0
     resume_fail = args.resume_fail.split()
-    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
-        joined = list(pool.map(lambda n: join_one(args.join_dir, n, launched[n], args.timeout,
-                                                  resume_fail, log), nodes))
-    return 0 if all(joined) else 1
+    args.join_dir.mkdir(mode=0o700, exist_ok=True)
+    lock = os.open(args.join_dir / KIT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                   | os.O_CLOEXEC, 0o600)
+    try:
+        # The configure replaces the kit only while no join reads it.
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        import yaml  # python3-yaml: the kit's inventory
+
+        try:
+            inventory = yaml.safe_load((args.join_dir / KIT / "inventory.yml").read_text())
+            launched = launched_nodes(inventory if isinstance(inventory, dict) else {})
+        except (OSError, yaml.YAMLError) as exc:
+            return fail_requests(args.requests, resume_fail,
+                                 f"the join kit's inventory cannot be read: {exc}", log)
+        joined = serve(args.requests, args.join_dir, launched, args.timeout, resume_fail, log)
+    finally:
+        os.close(lock)
+    return 0 if joined else 1
 
 
 if __name__ == "__main__":
