@@ -149,6 +149,27 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
 
 
+def test_slurm_cannot_turn_the_join_service_against_root(cluster):
+    """SlurmUser owns the power log's directory and writes the requests directory; the join
+    service runs as root. A link planted at the log's name is not written through, and a
+    request that is a directory, or names no node, is removed: the service keeps serving."""
+    log = "/var/log/slurm/metalslurm-power.log"
+    requests = "/run/metalslurm-join"
+    cluster.ctl(f"runuser -u slurm -- sh -c 'mv {log} {log}.saved && "
+                f"ln -s /etc/ld.so.preload {log} && mkdir {requests}/{NODE} && "
+                f"touch \"{requests}/x e.so y\"'")
+    try:
+        wait_for("the planted requests taken",
+                 lambda: cluster.ctl(f"ls -A {requests}").stdout.strip() == "", timeout=60)
+        assert cluster.ctl("test -e /etc/ld.so.preload", check=False).returncode != 0
+        assert cluster.ctl(f"test -L {log}", check=False).returncode == 0
+        assert cluster.ctl("systemctl is-active metalslurm-join.path").stdout.strip() == "active"
+    finally:
+        cluster.ctl(f"runuser -u slurm -- sh -c 'rm -f {log} && mv {log}.saved {log}'",
+                    check=False)
+    assert container_id() == ""  # nothing was made for the refused requests
+
+
 def test_a_second_up_changes_nothing(cluster):
     wait_for(f"{NODE} powered down", lambda: container_id() == "", timeout=SUSPEND_WITHIN)
     proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
