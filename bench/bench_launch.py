@@ -28,28 +28,38 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from bench import elastic_bench
+from bench.elastic_bench import LOG, cli
 from bench.power_log import resume_timeline
 
 REPO = Path(__file__).resolve().parents[1]
 STACK = REPO / "bench" / "Pulumi.bench-launch.yaml"
 CLUSTER = "ms-bench-lt"
 NODE = "gpu-002"
-LOG = "/var/log/slurm/metalslurm-power.log"
 TARGET_S = 60.0
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+
+
+
+
 
 
 def ctl(command: str) -> str:
-    return subprocess.run(["podman", "exec", f"{CLUSTER}-ctl", "sh", "-c", command],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return elastic_bench.ctl(CLUSTER, command)
 
 
 def node_state() -> str:
-    return ctl(f"sinfo --noheader --Node --nodes={NODE} --format=%T | head -1")
+    return elastic_bench.node_state(CLUSTER, NODE)
+
+
+def wait(what: str, probe, timeout: float = 400.0, every: float = 0.2) -> float:
+    return elastic_bench.wait(what, probe, timeout, every)
+
+
+def power_down() -> None:
+    """Powered down, and its machine gone."""
+    elastic_bench.power_down(CLUSTER, NODE, gone=lambda: not machine_exists())
 
 
 def machine_exists() -> bool:
@@ -57,20 +67,8 @@ def machine_exists() -> bool:
                           check=False).returncode == 0
 
 
-def wait(what: str, probe, timeout: float = 400.0, every: float = 0.2) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if probe():
-            return time.time()
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
-def power_down() -> None:
-    if not node_state().endswith("~"):
-        ctl(f"scontrol update nodename={NODE} state=POWER_DOWN_FORCE reason=bench")
-    wait("the node to power down and its machine to go",
-         lambda: node_state() == "idle~" and not machine_exists(), every=0.5)
 
 
 def seconds(stamp: str) -> float:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from bench import elastic_bench
+from bench.elastic_bench import LOG, cli, wait
 from bench.power_log import resume_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 STACK = REPO / "bench" / "Pulumi.bench-elastic.yaml"
 CLUSTER = "ms-bench-el"
 NODE = "gpu-002"
-LOG = "/var/log/slurm/metalslurm-power.log"
 OVERHEAD_TARGET_S = 5.0
 STATE = REPO / ".metalslurm" / "bench-elastic"
 # Compute node containers cannot be entered with 'podman exec' (their private cgroup
@@ -44,38 +45,31 @@ SSH = ["ssh", "-i", str(STATE / "ssh" / "id_ed25519"), "-o", "BatchMode=yes",
        "-o", "LogLevel=ERROR"]
 
 
+def ctl(command: str) -> str:
+    return elastic_bench.ctl(CLUSTER, command)
+
+
+def node_state() -> str:
+    return elastic_bench.node_state(CLUSTER, NODE)
+
+
+def power_down() -> None:
+    elastic_bench.power_down(CLUSTER, NODE)
+
+
 def node_ssh() -> list[str]:
     inventory = yaml.safe_load((STATE / "inventory.yml").read_text())
     return [*SSH, f"root@{inventory['all']['hosts'][NODE]['ansible_host']}"]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, check=False)
 
 
-def ctl(command: str) -> str:
-    return subprocess.run(["podman", "exec", f"{CLUSTER}-ctl", "sh", "-c", command],
-                          capture_output=True, text=True, check=True).stdout.strip()
 
 
-def node_state() -> str:
-    return ctl(f"sinfo --noheader --Node --nodes={NODE} --format=%T | head -1")
 
 
-def wait(what: str, probe, timeout: float = 180.0, every: float = 0.1) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if probe():
-            return time.time()
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
-def power_down() -> None:
-    if not node_state().endswith("~"):
-        ctl(f"scontrol update nodename={NODE} state=POWER_DOWN_FORCE reason=bench")
-    wait("the node to power down", lambda: node_state() == "idle~", every=0.5)
 
 
 def raw_container_start() -> float:
