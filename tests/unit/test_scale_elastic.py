@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,8 +54,11 @@ def standin(tmp_path):
          "--nodes-file", str(tmp_path / "nodes.txt"), "--delay", "0.05", "--fail-every", "10",
          "--fail-mode", "once", "--slurmd", str(slurmd), "--spool", str(tmp_path / "spool"),
          "--pid-dir", str(pids)])
-    for _ in range(100):
-        if sock.exists():
+    # Until it accepts a connection: its socket file exists from bind(), before listen(),
+    # and a call in between is refused (seen once on a loaded machine).
+    for _ in range(200):
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(sock))
             break
         time.sleep(0.05)
     driver = make_driver("local", {n: {"container": f"metalslurm-{n}", "socket": str(sock)}
