@@ -14,6 +14,7 @@ joined, job started) is appended to .metalslurm/e2e-launched-timings.txt.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -155,6 +156,8 @@ def test_slurm_cannot_turn_the_join_service_against_root(cluster):
     request that is a directory, or names no node, is removed: the service keeps serving."""
     log = "/var/log/slurm/metalslurm-power.log"
     requests = "/run/metalslurm-join"
+    wait_for(f"{NODE} powered down", lambda: container_id() == "", timeout=SUSPEND_WITHIN)
+    since = cluster.ctl("date +%s").stdout.strip()
     cluster.ctl(f"runuser -u slurm -- sh -c 'mv {log} {log}.saved && "
                 f"ln -s /etc/ld.so.preload {log} && mkdir {requests}/{NODE} && "
                 f"touch \"{requests}/x e.so y\"'")
@@ -164,10 +167,18 @@ def test_slurm_cannot_turn_the_join_service_against_root(cluster):
         assert cluster.ctl("test -e /etc/ld.so.preload", check=False).returncode != 0
         assert cluster.ctl(f"test -L {log}", check=False).returncode == 0
         assert cluster.ctl("systemctl is-active metalslurm-join.path").stdout.strip() == "active"
+        # Its refusals, which it would not write through the link, are in its journal.
+        journal = cluster.ctl(f"journalctl -u metalslurm-join.service -o cat --since @{since}"
+                              ).stdout
+        assert f"cannot write {log}" in journal, journal[-2000:]
+        refused = {json.loads(line)["node"]: json.loads(line)["error"]
+                   for line in journal.splitlines() if '"event": "join_refused"' in line}
+        assert refused == {NODE: "not a plain file", "'x e.so y'": "not an elastic node in "
+                           "launch-terminate mode of this cluster"}, journal[-2000:]
     finally:
         cluster.ctl(f"runuser -u slurm -- sh -c 'rm -f {log} && mv {log}.saved {log}'",
                     check=False)
-    assert container_id() == ""  # nothing was made for the refused requests
+    assert container_id() == ""  # no machine made, no join run
 
 
 def test_a_second_up_changes_nothing(cluster):
