@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench import elastic_bench
-from bench.elastic_bench import LOG, cli
+from bench.elastic_bench import LOG
 from bench.power_log import resume_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,20 +114,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
-    cli("local", "down", "--stack", str(STACK))
-    up = cli("local", "up", "--stack", str(STACK), "--no-verify")
-    if up.returncode != 0:
-        print(up.stdout[-3000:])
-        return 1
-    try:
+    with elastic_bench.fresh_cluster(STACK, args.keep):
         rounds = []
         for i in range(args.rounds):
             rounds.append(resume_round())
             print(f"round {i + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in rounds[-1].items()),
                   flush=True)
-    finally:
-        if not args.keep:
-            cli("local", "down", "--stack", str(STACK))
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     print(f"median of {args.rounds}: " + ", ".join(f"{k} {v:.1f} s" for k, v in med.items()))
     print(f"submit to node up: {med['total']:.1f} s = {med['total'] / TARGET_S:.2f} of the "

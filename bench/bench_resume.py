@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from bench import elastic_bench
-from bench.elastic_bench import LOG, cli, wait
+from bench.elastic_bench import LOG, wait
 from bench.power_log import resume_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,12 +107,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
-    cli("local", "down", "--stack", str(STACK))
-    up = cli("local", "up", "--stack", str(STACK), "--no-verify")
-    if up.returncode != 0:
-        print(up.stdout[-3000:])
-        return 1
-    try:
+    with elastic_bench.fresh_cluster(STACK, args.keep):
         power_down()
         rounds, raws = [], []
         for i in range(args.rounds):
@@ -120,9 +115,6 @@ def main() -> int:
             rounds.append(resume_round())
             print(f"round {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rounds[-1].items())
                   + f"; raw container start {raws[-1]:.2f} s", flush=True)
-    finally:
-        if not args.keep:
-            cli("local", "down", "--stack", str(STACK))
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     raw = statistics.median(raws)
     overhead = med["total"] - raw

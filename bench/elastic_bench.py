@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,3 +46,19 @@ def power_down(cluster: str, node: str, gone: Callable[[], bool] = lambda: True)
         ctl(cluster, f"scontrol update nodename={node} state=POWER_DOWN_FORCE reason=bench")
     wait("the node to power down", lambda: node_state(cluster, node) == "idle~" and gone(),
          timeout=400.0, every=0.5)
+
+
+@contextmanager
+def fresh_cluster(stack: Path, keep: bool = False) -> Iterator[None]:
+    """The stack's cluster brought up anew (no verify) for the rounds, and down after them
+    unless ``keep``; a failed ``up`` ends the benchmark with its output."""
+    cli("local", "down", "--stack", str(stack))
+    up = cli("local", "up", "--stack", str(stack), "--no-verify")
+    if up.returncode != 0:
+        print(up.stdout[-3000:])
+        raise SystemExit(1)
+    try:
+        yield
+    finally:
+        if not keep:
+            cli("local", "down", "--stack", str(stack))
