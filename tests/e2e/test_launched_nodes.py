@@ -4,7 +4,8 @@ create its container from the prepared compute image; the controller configures 
 the same playbook and roles (the join: metalslurm-join, limited to that node); slurmd
 registers and the job runs. A suspend removes the container; the next job makes a new one.
 A machine that cannot be configured is powered off and returned to the pool by
-ResumeFailProgram, its job requeued, never left half joined.
+ResumeFailProgram, its job requeued, never left half joined. Last, the elastic node goes back to
+start-stop mode: the controller's join service, kit and secrets' copies are removed.
 
 This module brings up and removes its own small cluster (tests/e2e/stacks/
 Pulumi.e2e-launched.yaml: a controller, gpu-001 static, gpu-002 launch-terminate), from
@@ -21,6 +22,7 @@ import time
 from datetime import datetime
 
 import pytest
+import yaml
 
 from tests.e2e.cluster import (
     REPO,
@@ -191,3 +193,44 @@ def test_a_second_up_changes_nothing(cluster):
     assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", proc.stdout,
                      re.M), proc.stdout[-3000:]
     assert container_id() == ""
+
+
+def test_leaving_launch_terminate_removes_the_join(cluster):
+    """The stack's elastic node back in start-stop mode: the next 'up' makes its container
+    (a machine that is kept), and the controller keeps nothing to configure machines with:
+    no join service, no kit, no join key (root into the nodes), no copy of the munge key,
+    and the node no longer lets the join key in. The run after that changes nothing."""
+    wait_for(f"{NODE} powered down", lambda: container_id() == "", timeout=SUSPEND_WITHIN)
+    # SlurmUser, who writes the requests directory, plants a link to root's files and
+    # directories nested deeper than a recursive removal goes, once the path unit is stopped
+    # (as the configure stops it first; before, the join service removes what is planted):
+    # root removes them all, follows no link, and the run does not fail.
+    cluster.ctl("systemctl stop metalslurm-join.path && runuser -u slurm -- sh -ec "
+                "'cd /run/metalslurm-join; ln -s /etc/ssh link; "
+                "i=0; while [ $i -lt 1500 ]; do mkdir d; cd d; i=$((i+1)); done'")
+    doc = yaml.safe_load(STACK.read_text())
+    doc["config"]["metalslurm:local"]["elasticMode"] = "start-stop"
+    STACK.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert re.search(r"^configure successful in \d+\.\d s, [1-9]\d* changed task\(s\)$",
+                     proc.stdout, re.M), proc.stdout[-3000:]
+    left = cluster.ctl(f"ls -d {JOIN_DIR} /run/metalslurm-join "
+                       "/etc/tmpfiles.d/metalslurm-join.conf "
+                       "/etc/systemd/system/metalslurm-join.* 2>&1; "
+                       "systemctl show -p LoadState --value metalslurm-join.path "
+                       "metalslurm-join.service", check=False).stdout.splitlines()
+    assert [line for line in left if line and not line.startswith("ls: cannot access")] == [
+        "not-found", "not-found"], left
+    assert cluster.ctl("test -f /etc/ssh/sshd_config && systemctl list-units --failed --plain "
+                       "--no-legend 'metalslurm-join*'").stdout == ""
+    # Its machine is kept now: made by 'up', configured, then powered down by Slurm.
+    assert container_id() != ""
+    wait_for(f"{NODE} powered down in start-stop mode",
+             lambda: cluster.slurm_state(NODE) == "idle~", timeout=SUSPEND_WITHIN)
+    keys = (cluster.state / "nodes" / NODE / "authorized_keys").read_text()
+    assert "metalslurm-join-" not in keys and keys.count("\n") == 1, keys
+    again = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", again.stdout,
+                     re.M), again.stdout[-3000:]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import JOIN_DIR
+
 __all__ = ["ACCEPT_DEFAULTS", "ACCEPT_REASON_PREFIX", "ACCOUNTING_DEFAULTS", "DEFAULTS",
            "DEFAULT_JOB_TIME", "MUNGE_MIN_KEY_BYTES", "PROGRAMS_DIR", "SLURMCTLD_PORT",
            "SLURMDBD_PORT", "SLURMD_PORT", "SLURM_GID", "SRUN_PORT_RANGE",
@@ -64,6 +66,9 @@ DEFAULTS: dict[str, Any] = {
     "slurm_user": SLURM_USER,
     "slurm_uid": SLURM_UID,
     "slurm_gid": SLURM_GID,
+    # The join kit's directory on the controller (launch-terminate nodes): slurm_elastic
+    # removes it when the stack has none.
+    "join_dir": JOIN_DIR,
 }
 
 # slurmdbd accounting (``metalslurm_accounting``, the stack config's
