@@ -4,7 +4,8 @@ create its container from the prepared compute image; the controller configures 
 the same playbook and roles (the join: metalslurm-join, limited to that node); slurmd
 registers and the job runs. A suspend removes the container; the next job makes a new one.
 A machine that cannot be configured is powered off and returned to the pool by
-ResumeFailProgram, its job requeued, never left half joined. Last, the elastic node goes back to
+ResumeFailProgram, its job requeued, never left half joined. The static node's machine is
+lost and 'up' makes it anew. Last, the elastic node goes back to
 start-stop mode: the controller's join service, kit and secrets' copies are removed.
 
 This module brings up and removes its own small cluster (tests/e2e/stacks/
@@ -184,6 +185,30 @@ def test_slurm_cannot_turn_the_join_service_against_root(cluster):
         cluster.ctl(f"runuser -u slurm -- sh -c 'rm -f {log} && mv {log}.saved {log}'",
                     check=False)
     assert container_id() == ""  # no machine made, no join run
+
+
+def test_up_makes_a_failed_static_node_anew(cluster):
+    """A static node's machine is lost (its container removed, disk and all): the next 'up'
+    makes it anew from the prepared image and configures it, and it takes jobs again. The
+    next test's 'up' then changes nothing."""
+    static = "gpu-001"
+    name = f"{CLUSTER}-{static}"
+    inspect = ["podman", "inspect", "--format", "{{.Id}}", name]
+    lost = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["podman", "rm", "--force", "--time", "0", name], check=True,
+                   capture_output=True)
+    started = time.monotonic()
+    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    made = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+    assert made and made != lost
+    wait_for(f"{static} idle", lambda: cluster.slurm_state(static) == "idle", timeout=60)
+    job = cluster.ctl(f"sbatch --parsable -w {static} -p train --time=5 -o /dev/null "
+                      "--wrap='srun hostname'").stdout.strip()
+    assert cluster.wait_until_done(job, timeout=120) == "COMPLETED"
+    with TIMINGS.open("a") as out:
+        out.write(f"{time.strftime('%H:%M:%S')} a lost static node made anew by up and its "
+                  f"job done: {time.monotonic() - started:.1f} s\n")
 
 
 def test_a_second_up_changes_nothing(cluster):
