@@ -521,7 +521,10 @@ def test_oci_launch_terminate(compute_api: tuple[str, str]) -> None:
     params = oci_params(endpoint, config, mode="launch-terminate",
                         compartment_id="ocid1.compartment.oc1..c", availability_domain="AD-1",
                         shape="BM.GPU.H100.8", image_id="ocid1.image.oc1..img",
-                        subnet_id="ocid1.subnet.oc1..sub", private_ip="10.0.2.21")
+                        subnet_id="ocid1.subnet.oc1..sub", private_ip="10.0.2.21",
+                        compute_cluster_id="ocid1.computecluster.oc1..rdma",
+                        metadata={"ssh_authorized_keys": "ssh-ed25519 AAAAop op\n"
+                                                         "ssh-ed25519 AAAAjoin join"})
     driver = make_driver("oci", {"gpu-002": params}, {})
     result = driver.power_on(["gpu-002"])["gpu-002"]
     assert (result.ok, result.address) == (True, "10.0.2.21"), result
@@ -532,6 +535,8 @@ def test_oci_launch_terminate(compute_api: tuple[str, str]) -> None:
         "createVnicDetails": {"assignPublicIp": False, "hostnameLabel": "gpu-002",
                               "privateIp": "10.0.2.21", "subnetId": "ocid1.subnet.oc1..sub"},
         "sourceDetails": {"sourceType": "image", "imageId": "ocid1.image.oc1..img"},
+        "computeClusterId": "ocid1.computecluster.oc1..rdma",
+        "metadata": {"ssh_authorized_keys": "ssh-ed25519 AAAAop op\nssh-ed25519 AAAAjoin join"},
     }
     assert driver.power_on(["gpu-002"])["gpu-002"].ok  # found by name: no second launch
     assert len([r for r in ComputeApi.requests if r["method"] == "POST"]) == 1

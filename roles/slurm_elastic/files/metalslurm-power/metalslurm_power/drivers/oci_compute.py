@@ -4,8 +4,9 @@
   (instance_action START) and stopped (SOFTSTOP; STOP when forced). Its address does not change.
 - ``launch-terminate``: the node's instance is launched on resume (display name = node name,
   ``compartment_id``, ``availability_domain``, ``shape``, ``image_id``, ``subnet_id``, optional
-  ``private_ip``, ``shape_config``, ``metadata``) and terminated on suspend; it is found again by
-  display name. The address is ``private_ip`` when given, else read from its VNIC.
+  ``private_ip``, ``hostname_label``, ``compute_cluster_id``, ``shape_config``, ``metadata``)
+  and terminated on suspend; it is found again by display name. The address is
+  ``private_ip`` when given, else read from its VNIC.
 
 Auth: instance principals (the controller's dynamic group) unless ``auth: config_file`` with
 ``config_file`` / ``profile``. ``region``; ``service_endpoint`` overrides the Compute endpoint
@@ -104,6 +105,9 @@ class OciDriver(PerNodeDriver):
             shape=p["shape"], display_name=node, create_vnic_details=vnic,
             source_details=models.InstanceSourceViaImageDetails(image_id=p["image_id"]),
             metadata=p.get("metadata"),
+            # The RDMA compute cluster the static nodes are in (the stack's, by the oci
+            # provider): without it the node has no RDMA path to them.
+            compute_cluster_id=p.get("compute_cluster_id"),
             shape_config=(models.LaunchInstanceShapeConfigDetails(**p["shape_config"])
                           if p.get("shape_config") else None),
         )
