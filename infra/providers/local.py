@@ -61,7 +61,7 @@ from infra.stack.inventory import (
     login_specs,
     with_switches,
 )
-from infra.stack.join_kit import build_kit, join_inventory, join_vars
+from infra.stack.join_kit import with_join
 from infra.stack.state import StateDir
 
 CONTROLLER_HOST_INDEX = 10  # controller gets <network>.10, compute nodes .11 onwards
@@ -732,15 +732,10 @@ def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
     all_vars.update(secret_vars)
     header = (f"# Written by 'metalslurm local up' for cluster {cfg.cluster_name}.\n"
               "# Regenerated on every 'up'; edit the stack config instead.\n")
-    if any(cluster.launched(s) for s in specs):
-        # The controller configures the machines the power driver makes anew (join kit).
-        kit = build_kit(REPO_ROOT, join_inventory(build_inventory(specs, all_vars),
-                                                  cfg.controller_name),
-                        Path(cfg.containers.mirror)
-                        if cfg.containers.mirror.startswith("/") else None,
-                        cluster.state.root / "join-kit.tar.gz")
-        all_vars["metalslurm_join"] = join_vars(all_vars, kit, cluster.state.join_key)
-    return cluster.state.write_inventory(build_inventory(specs, all_vars), header)
+    # The controller configures the machines the power driver makes anew (join kit).
+    inventory = with_join(build_inventory(specs, all_vars), REPO_ROOT, cluster.state.join_kit,
+                          cluster.state.join_key)
+    return cluster.state.write_inventory(inventory, header)
 
 
 def stop_podman_service(state: StateDir) -> None:

@@ -38,14 +38,15 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
+
 # The calls LocalPodmanDriver makes (roles/slurm_elastic/.../drivers/local.py).
 _CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json|start|stop)"
                    r"(?:\?t=\d{1,3})?$")
 _VERBS = {"json": "GET", "start": "POST", "stop": "POST"}
 _CREATE = re.compile(r"^/v[0-9.]+/libpod/containers/create\?name=(?P<name>[^/&]+)$")
 _REMOVE = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)\?force=true$")
-START_STOP = "start-stop"
-LAUNCH_TERMINATE = "launch-terminate"
+START_STOP, LAUNCH_TERMINATE = ELASTIC_MODES
 MAX_BODY = 1 << 16
 API = "/v4.0.0/libpod"
 

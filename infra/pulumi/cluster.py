@@ -25,6 +25,7 @@ from infra.pulumi.local import local_machines
 from infra.pulumi.machines import ClusterArgs
 from infra.pulumi.oci import oci_machines
 from infra.stack.inventory import make_inventory
+from infra.stack.join_kit import kit_inputs_digest
 from infra.stack.state import CLUSTER_SECRETS, JWT_KEY_BYTES, MUNGE_KEY_BYTES, StateDir
 
 PROVIDERS = {"local": local_machines, "byo": byo_machines, "oci": oci_machines}
@@ -110,6 +111,12 @@ class Cluster(pulumi.ComponentResource):
             environment["METALSLURM_REGISTRY_CREDENTIALS"] = pulumi.Output.secret(
                 pulumi.Output.from_input(args.registry_credentials).apply(
                     lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)))
+        triggers: list[pulumi.Input[str]] = [inventory_json]
+        if machines.join_key is not None:
+            # The join key for the controller's copy, and the join kit built again (so the
+            # command run again) whenever the roles it carries change.
+            environment["METALSLURM_JOIN_SSH_KEY"] = machines.join_key
+            triggers.append(kit_inputs_digest(args.repo_root))
         if args.alert_secrets is not None:
             environment["METALSLURM_ALERT_SECRETS"] = pulumi.Output.secret(
                 pulumi.Output.from_input(args.alert_secrets).apply(
@@ -130,7 +137,7 @@ class Cluster(pulumi.ComponentResource):
         self.configure = command.local.Command(
             f"{name}-configure" if cfg.configure else f"{name}-operator-files",
             create=shlex.join(run), dir=str(args.repo_root), environment=environment,
-            triggers=[inventory_json],
+            triggers=triggers,
             opts=pulumi.ResourceOptions(parent=self, depends_on=machines.ready))
 
         self.register_outputs({

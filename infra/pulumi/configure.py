@@ -2,7 +2,9 @@
 
 Writes the exported inventory and the secret files it names into the stack's state
 directory through :class:`infra.stack.state.StateDir` (the secrets arrive in this process's
-environment from Pulumi secret outputs and are never written into the inventory), then,
+environment from Pulumi secret outputs and are never written into the inventory); when the
+stack has launch-terminate nodes, also the join key (``METALSLURM_JOIN_SSH_KEY``) and the
+join kit, which the inventory's ``metalslurm_join`` names (infra/stack/join_kit.py); then,
 with ``--preflight``, checks every host with ``metalslurm preflight -i INVENTORY`` (a
 failure fails the command, and so ``pulumi up``, before any host is changed), then, with
 ``--playbook``, runs ``ansible-playbook -i INVENTORY ansible/site.yml`` exactly as an operator
@@ -22,11 +24,15 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from infra.stack.join_kit import launched_nodes, with_join
 from infra.stack.state import SecretError, StateDir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = ("# Written by the metalslurm Pulumi program ('pulumi up'); it is the stack output\n"
-          "# 'inventory'. Secrets are in the files it names, not here.\n")
+          "# 'inventory' (with the join kit's metalslurm_join when the stack has launch-terminate\n"
+          "# nodes). Secrets are in the files it names, not here.\n")
+JOIN_KEY_ENV = "METALSLURM_JOIN_SSH_KEY"
+_OPENSSH_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\n", "-----END OPENSSH PRIVATE KEY-----\n")
 
 # inventory var naming a secret file -> the environment variable that carries its value
 SECRET_ENV = {
@@ -61,12 +67,22 @@ def write_operator_files(state: StateDir, env: Mapping[str, str]) -> list[Path]:
     inventory = json.loads(env.get("METALSLURM_INVENTORY") or "null")
     if not inventory:
         raise OperatorFilesError("METALSLURM_INVENTORY is empty")
+    join_key = env.get(JOIN_KEY_ENV)
+    if launched_nodes(inventory) and not (
+            join_key and join_key.startswith(_OPENSSH_KEY[0]) and join_key.endswith(
+                _OPENSSH_KEY[1])):
+        raise OperatorFilesError(f"{JOIN_KEY_ENV}: the inventory has launch-terminate nodes, "
+                                 "and no OpenSSH private key was passed for the controller to "
+                                 "configure them with")
     try:
         for var, value in values.items():
             state.checked_secret(var, value)
         written = [state.write_secret(var, value) for var, value in values.items()]
     except SecretError as exc:
         raise OperatorFilesError(str(exc)) from None
+    if launched_nodes(inventory):
+        written.append(state.write_join_key(str(join_key)))
+        inventory = with_join(inventory, REPO_ROOT, state.join_kit, state.join_key)
     written.append(state.write_inventory(inventory, HEADER))
     return written
 

@@ -47,3 +47,7 @@ class Machines:
     power: pulumi.Output[dict[str, dict[str, Any]]] = field(
         default_factory=lambda: pulumi.Output.from_input({}))
     ready: list[pulumi.Resource] = field(default_factory=list)
+    # The private half of the key the controller logs in with to configure a machine made
+    # anew (launch-terminate; infra/stack/join_kit.py), a secret Output: only for a provider
+    # that puts the public half into the machines it launches itself (oci).
+    join_key: pulumi.Output[str] | None = None

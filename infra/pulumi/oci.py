@@ -15,19 +15,27 @@ address). Elastic nodes are not launched here: their ``metalslurm_power`` mappin
 holds everything the oci power driver needs to launch them into the same compute
 cluster with the same address (``launch-terminate``), or, with ``elasticMode:
 start-stop``, they are created now, stopped, and the driver starts and stops them.
+
+A launched machine lets in the operator's key and the cluster's join key (its login user's
+``authorized_keys``, through the launch metadata): the controller configures it with the
+join key (infra/stack/join_kit.py). The join key is made from 32 random bytes Pulumi keeps
+as a secret in the stack's state, so every operator of the stack has the same one.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pulumi
+import pulumi_random as random
 
 from infra.pulumi.machines import ClusterArgs, Machines
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import NodeSpec, login_specs
+from infra.stack.join_kit import LAUNCH_TERMINATE, ed25519_key_pair
 from infra.stack.oci import OciSettings
 from infra.stack.schema import ConfigError, key
 
@@ -67,6 +75,21 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
 def _with_ids(common: dict[str, Any], names: tuple[str, ...],
               ids: list[Any]) -> dict[str, Any]:
     return {**common, **dict(zip(names, ids, strict=True))}
+
+
+def _launched(common: dict[str, Any], operator_key: str,
+              values: list[Any]) -> dict[str, Any]:
+    """A launch-terminate node's power mapping: ``values`` = (subnet id, compute cluster id,
+    join key's ``authorized_keys`` line)."""
+    subnet_id, cluster_id, join_public = values
+    keys = "\n".join(line for line in (*operator_key.strip().splitlines(), join_public) if line)
+    return {**common, "subnet_id": subnet_id, "compute_cluster_id": cluster_id,
+            "metadata": {"ssh_authorized_keys": keys}}
+
+
+def join_key_pair(seed_b64: str, cluster: str) -> tuple[str, str]:
+    """(private key file, ``authorized_keys`` line) of the cluster's join key."""
+    return ed25519_key_pair(base64.b64decode(seed_b64), f"metalslurm-join-{cluster}")
 
 
 @dataclass(frozen=True)
@@ -186,12 +209,18 @@ class _Launcher:
             compute_cluster_id=cluster_id, metadata={"ssh_authorized_keys": o.ssh_public_key},
             state=state, freeform_tags={**self.tags, "metalslurm-role": role,
                                         "metalslurm-node": host},
-            opts=self.child)
+            # A start-stop node is created stopped; afterwards its state is the power
+            # driver's: a 'pulumi up --refresh' must not stop a node Slurm resumed for a job.
+            opts=self.child if state is None else pulumi.ResourceOptions.merge(
+                self.child, pulumi.ResourceOptions(ignore_changes=["state"])))
 
-    def compute_node(self, spec: NodeSpec, net: _Network) -> Any:
+    def compute_node(self, spec: NodeSpec, net: _Network,
+                     join_public: pulumi.Output[str] | None) -> Any:
         """A compute node: a static one launched into the compute cluster; an elastic one
-        created stopped (start-stop) or not at all (launch-terminate). Returns an elastic
-        node's ``metalslurm_power`` mapping (an Output), None for a static node."""
+        created stopped (start-stop) or not at all (launch-terminate: the driver launches it
+        at its planned address, letting in ``join_public`` besides the operator's key).
+        Returns an elastic node's ``metalslurm_power`` mapping (an Output), None for a
+        static node."""
         o = self.o
         shape = compute_shape(self.cfg, spec.name)
         common = {"driver": "oci", "mode": o.elastic_mode,
@@ -207,9 +236,11 @@ class _Launcher:
                                  False, net.compute_cluster.id, state="STOPPED")
             return pulumi.Output.all(inst.id).apply(
                 partial(_with_ids, common, ("instance_id",)))
-        common["image_id"] = o.image_id
-        return pulumi.Output.all(net.private.id, net.compute_cluster.id).apply(
-            partial(_with_ids, common, ("subnet_id", "compute_cluster_id")))
+        if join_public is None:
+            raise ValueError(f"{spec.name}: a launch-terminate node needs the join key")
+        common.update(image_id=o.image_id, private_ip=spec.address, hostname_label=spec.name)
+        return pulumi.Output.all(net.private.id, net.compute_cluster.id, join_public).apply(
+            partial(_launched, common, o.ssh_public_key))
 
 
 def compute_shape(cfg: ClusterConfig, node: str) -> str:
@@ -235,6 +266,14 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
     net = launch.network()
     bastion = launch.instance("bastion", o.bastion_shape, net.public, "bastion", None, True)
     power: dict[str, Any] = {}
+    join_private: pulumi.Output[str] | None = None
+    join_public: pulumi.Output[str] | None = None
+    if o.elastic_mode == LAUNCH_TERMINATE and any(s.node_state == "cloud" for s in specs):
+        seed = random.RandomBytes(f"{name}-join-key", length=32, opts=launch.child)
+        pair = seed.base64.apply(partial(join_key_pair, cluster=cfg.cluster_name))
+        join_private = pulumi.Output.secret(pair.apply(lambda p: p[0]))
+        # The public half is no secret: the inventory (a plain output) holds it.
+        join_public = pulumi.Output.unsecret(pair.apply(lambda p: p[1]))
     for spec in specs:
         if "slurm_controller" in spec.groups:
             launch.instance(spec.name, o.controller_shape, net.private, "controller",
@@ -244,7 +283,7 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
         elif "login" in spec.groups:
             launch.instance(spec.name, cfg.login.shape, net.private, "login", spec.address,
                             False)
-        elif (node_power := launch.compute_node(spec, net)) is not None:
+        elif (node_power := launch.compute_node(spec, net, join_public)) is not None:
             power[spec.name] = node_power
     ctl = specs[0]
     hint = bastion.public_ip.apply(
@@ -258,4 +297,5 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
         controller_address=pulumi.Output.from_input(ctl.address),
         bastion_address=bastion.public_ip, ssh_hint=hint,
         power=pulumi.Output.from_input(power) if power else pulumi.Output.from_input({}),
+        join_key=join_private,
     )

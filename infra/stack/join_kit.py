@@ -7,8 +7,9 @@ node (``metalslurm-join``, installed by the slurm_elastic role). The kit is one
 reproducible tarball the role copies to the controller (``JOIN_DIR``):
 
 - ``ansible/`` and ``roles/`` of this checkout (no tests, no caches);
-- ``inventory.yml``: the cluster's inventory as the controller reaches the nodes: as root
-  with the join key, the controller itself by a local connection, the secrets a compute
+- ``inventory.yml``: the cluster's inventory as the controller reaches the nodes: as the
+  provider's login user (root, or a sudo user with become) with the join key, the
+  controller itself by a local connection, the secrets a compute
   node needs (the munge key, the registry credentials) at their place in ``JOIN_DIR`` and
   the others left out;
 - ``mirror/``: the artifacts of the containers' mirror, when the stack names one;
@@ -24,8 +25,10 @@ The secrets are never in the tarball: the role copies them beside it (root, 0600
 from __future__ import annotations
 
 import ast
+import base64
 import copy
 import gzip
+import hashlib
 import importlib.util
 import io
 import re
@@ -35,7 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import JOIN_DIR
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    ELASTIC_MODES,
+    JOIN_DIR,
+)
 
 # The secrets a compute node's roles read (munge, enroot_pyxis); the join inventory names
 # their copies on the controller and leaves every other secret out.
@@ -46,6 +52,10 @@ _SKIP_DIRS = {"tests", "__pycache__", ".pytest_cache", ".mypy_cache"}
 _FQCN = re.compile(r"^\s*-?\s*(?P<ns>[a-z_]+)\.(?P<coll>[a-z_]+)\.(?P<name>[a-z_0-9]+):", re.M)
 # Ansible's own modules, and this project's collection (in the kit whole).
 _OWN = {("ansible", "builtin"), ("ansible", "legacy"), ("metalslurm", "cluster")}
+# How the node's login user becomes root: kept from the operator's inventory (the join key
+# is in that user's authorized_keys, as the provider put the operator's key there).
+_LOGIN_VARS = ("ansible_user", "ansible_become", "ansible_become_method", "ansible_become_user")
+LAUNCH_TERMINATE = ELASTIC_MODES[1]
 
 
 def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, Any]:
@@ -53,11 +63,13 @@ def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, A
     doc = copy.deepcopy(dict(inventory))
     top = doc["all"]
     cluster = top["vars"]
+    login = {var: cluster[var] for var in _LOGIN_VARS if var in cluster}
     for var in list(cluster):
         if var.startswith("ansible_") or var.endswith("_file") or var == "metalslurm_join":
             cluster.pop(var)
     cluster.update({
         "ansible_user": "root",
+        **login,
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": f"{JOIN_DIR}/id_ed25519",
         # A machine made anew has a new host key each time: accepted on first use, over
@@ -174,3 +186,73 @@ def join_vars(cluster_vars: Mapping[str, Any], kit: Path, join_key: Path) -> dic
     secrets += [{"src": str(cluster_vars[var]), "dest": f"{JOIN_DIR}/secrets/{name}"}
                 for var, name in JOIN_SECRETS.items() if cluster_vars.get(var)]
     return {"dir": JOIN_DIR, "kit": str(kit.resolve()), "secrets": secrets}
+
+
+def launched_nodes(inventory: Mapping[str, Any]) -> list[str]:
+    """The inventory's elastic nodes that the power driver makes anew (launch-terminate)."""
+    return [name for name, hv in (inventory["all"].get("hosts") or {}).items()
+            if ((hv or {}).get("metalslurm_power") or {}).get("mode") == LAUNCH_TERMINATE]
+
+
+def with_join(inventory: Mapping[str, Any], repo: Path, kit: Path,
+              join_key: Path) -> dict[str, Any]:
+    """``inventory`` with ``metalslurm_join`` when it has a launch-terminate node: the kit
+    (re)built at ``kit`` from ``repo``, and the controller's copy of ``join_key``. Without
+    such a node, ``inventory`` as it is (the role then removes an earlier join)."""
+    doc = dict(inventory)
+    if not launched_nodes(doc):
+        return doc
+    cluster = doc["all"]["vars"]
+    controller = next(iter(doc["all"]["children"]["slurm_controller"]["hosts"]))
+    mirror = str((cluster.get("metalslurm_containers") or {}).get("mirror") or "")
+    build_kit(repo, join_inventory(doc, controller),
+              Path(mirror) if mirror.startswith("/") else None, kit)
+    doc["all"] = {**doc["all"], "vars": {**cluster,
+                                         "metalslurm_join": join_vars(cluster, kit, join_key)}}
+    return doc
+
+
+def kit_inputs_digest(repo: Path) -> str:
+    """A digest of the files the kit takes from ``repo`` (roles, playbooks, the modules of
+    other collections): a Pulumi stack configures again, and so rebuilds the kit, when it
+    changes."""
+    digest = hashlib.sha256()
+    paths = [(str(p.relative_to(repo)), p) for sub in ("ansible", "roles")
+             for p in _files(repo, sub)]
+    for name, path in paths + sorted(collection_modules(repo).items()):
+        digest.update(f"{name}\0{path.stat().st_mode & 0o111}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _ssh_string(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def ed25519_key_pair(seed: bytes, comment: str) -> tuple[str, str]:
+    """(OpenSSH private key file, ``authorized_keys`` line) of the Ed25519 key made from the
+    32-byte ``seed``: the same text for the same seed (a Pulumi stack keeps the seed as a
+    secret in its state, so every operator of the stack writes the same key file, and the
+    configure command, which runs again when its inputs change, does not see a new key at
+    each run; ssh-keygen's own files carry a random check number)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    if len(seed) != 32:
+        raise ValueError(f"an Ed25519 seed has 32 bytes, not {len(seed)}")
+    public = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(
+        Encoding.Raw, PublicFormat.Raw)
+    kind = b"ssh-ed25519"
+    public_blob = _ssh_string(kind) + _ssh_string(public)
+    check = hashlib.sha256(b"metalslurm-join-check" + seed).digest()[:4]
+    private = (check + check + public_blob + _ssh_string(seed + public)
+               + _ssh_string(comment.encode()))
+    private += bytes(range(1, 1 + (-len(private)) % 8))
+    body = (b"openssh-key-v1\0" + _ssh_string(b"none") + _ssh_string(b"none")
+            + _ssh_string(b"") + (1).to_bytes(4, "big") + _ssh_string(public_blob)
+            + _ssh_string(private))
+    text = base64.b64encode(body).decode()
+    lines = [text[i:i + 70] for i in range(0, len(text), 70)]
+    private_file = "\n".join(["-----BEGIN OPENSSH PRIVATE KEY-----", *lines,
+                              "-----END OPENSSH PRIVATE KEY-----", ""])
+    return private_file, f"ssh-ed25519 {base64.b64encode(public_blob).decode()} {comment}"

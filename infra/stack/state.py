@@ -193,6 +193,16 @@ class StateDir:
         return self.root / "ssh" / "join_ed25519"
 
     @property
+    def join_kit(self) -> Path:
+        """The join kit the configure builds for the controller (infra/stack/join_kit.py)."""
+        return self.root / "join-kit.tar.gz"
+
+    def write_join_key(self, private_key: str) -> Path:
+        """The join key a Pulumi stack made (its public half is in the launch metadata)."""
+        _write_private(self.join_key, private_key)
+        return self.join_key
+
+    @property
     def shared(self) -> Path:
         return self.root / "shared"
 

@@ -38,6 +38,7 @@ class Registered:
     typ: str
     name: str
     inputs: dict[str, Any]
+    outputs: dict[str, Any] = field(default_factory=dict)
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -48,8 +49,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         urn = f"urn:pulumi:{STACK}::{PROJECT}::{args.typ}::{args.name}"
-        self.resources.append(Registered(urn, args.typ, args.name, dict(args.inputs)))
         out = dict(args.inputs)
+        self.resources.append(Registered(urn, args.typ, args.name, dict(args.inputs), out))
         seed = hashlib.sha256(args.name.encode()).digest()
         if args.typ == "random:index/randomBytes:RandomBytes":
             length = int(args.inputs["length"])

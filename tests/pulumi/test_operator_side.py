@@ -4,12 +4,14 @@ operator-files command runs before the playbook."""
 import base64
 import json
 import stat
+import tarfile
 
 import pytest
 import yaml
 
 from infra.pulumi import configure
 from infra.pulumi.configure import OperatorFilesError, write_operator_files
+from infra.stack.join_kit import ed25519_key_pair
 from infra.stack.state import StateDir
 
 
@@ -70,6 +72,44 @@ def test_a_different_munge_key_never_replaces_the_clusters(tmp_path):
     with pytest.raises(OperatorFilesError, match="already holds this cluster's munge key"):
         write_operator_files(state, munge_env(b"x" * 1024, password="pw2"))
     assert {p.name: p.read_text() for p in (*state.secrets.iterdir(), state.inventory)} == before
+
+
+def launch_terminate_env(join_key: str | None) -> dict[str, str]:
+    inventory = {"all": {
+        "vars": {"ansible_user": "ubuntu", "ansible_become": True},
+        "hosts": {"ctl": {}, "gpu-003": {"metalslurm_power": {"driver": "oci",
+                                                              "mode": "launch-terminate"}}},
+        "children": {"slurm_controller": {"hosts": {"ctl": None}}}}}
+    env = {**munge_env(b"k" * 1024), "METALSLURM_INVENTORY": json.dumps(inventory)}
+    return env if join_key is None else {**env, "METALSLURM_JOIN_SSH_KEY": join_key}
+
+
+def test_a_stack_with_launch_terminate_nodes_gets_the_join_key_and_kit(tmp_path):
+    """oci's launched machines are configured by the controller: the operator-files command
+    writes the join key (0600) and the kit, and the inventory names both."""
+    state = StateDir(tmp_path / "stack")
+    private, _ = ed25519_key_pair(bytes(range(32)), "metalslurm-join-h100")
+    write_operator_files(state, launch_terminate_env(private))
+    assert state.join_key.read_text() == private
+    assert stat.S_IMODE(state.join_key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state.join_key.parent.stat().st_mode) == 0o700
+    join = yaml.safe_load(state.inventory.read_text())["all"]["vars"]["metalslurm_join"]
+    assert join["kit"] == str(state.join_kit.resolve()) and state.join_kit.is_file()
+    assert join["secrets"][0]["src"] == str(state.join_key.resolve())
+    with tarfile.open(state.join_kit) as tar:
+        kit_inventory = yaml.safe_load(tar.extractfile("inventory.yml").read())  # type: ignore[union-attr]
+    assert (kit_inventory["all"]["vars"]["ansible_user"],
+            kit_inventory["all"]["vars"]["ansible_become"]) == ("ubuntu", True)
+    assert private not in state.inventory.read_text()
+
+
+@pytest.mark.parametrize("join_key", [None, "", "ssh-ed25519 AAAA public-half"])
+def test_launch_terminate_nodes_without_a_join_key_write_nothing(tmp_path, join_key):
+    state = StateDir(tmp_path / "stack")
+    with pytest.raises(OperatorFilesError, match="METALSLURM_JOIN_SSH_KEY: the inventory has "
+                                                 "launch-terminate nodes"):
+        write_operator_files(state, launch_terminate_env(join_key))
+    assert not state.root.exists()
 
 
 def test_an_unfit_host_fails_the_command_before_the_playbook(tmp_path, monkeypatch, capsys):

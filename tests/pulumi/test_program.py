@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 
+import pulumi
 import pytest
 import yaml
 
+from infra.pulumi.oci import join_key_pair
 from infra.stack.inventory import inventory_problems, inventory_view
+from infra.stack.join_kit import kit_inputs_digest
+from tests.paths import REPO
 from tests.pulumi.mocks import Run, example, is_secret_value, run_program, unsecret
 
 SECRET_EXPORTS = {"mungeKey", "slurmdbdPassword", "slurmJwtKey"}
@@ -94,8 +99,11 @@ def test_the_operator_files_command_gets_secrets_only_by_environment(run):
     assert is_secret_value(cmd.inputs["environment"]), f"{cmd.urn}: environment is not secret"
     env = unsecret(cmd.inputs["environment"])
     assert env["METALSLURM_MUNGE_KEY_B64"] == r.exports["mungeKey"], cmd.urn
-    assert cmd.inputs["triggers"] == [env["METALSLURM_INVENTORY"]], (
+    assert cmd.inputs["triggers"][0] == env["METALSLURM_INVENTORY"], (
         f"{cmd.urn}: must be re-run when the inventory changes")
+    # oci's launch-terminate nodes: also when the roles the join kit carries change.
+    assert cmd.inputs["triggers"][1:] == (
+        [kit_inputs_digest(REPO)] if provider == "oci" else []), cmd.urn
     if provider == "byo":
         assert "METALSLURM_BMC_CREDENTIALS" in env, cmd.urn
         assert r.exports["inventory"]["all"]["vars"]["slurm_elastic_credentials_file"]
@@ -183,6 +191,32 @@ def test_oci_shapes_and_rdma_cluster_match_the_config(oci_run):
         for key in ("compartment_id", "availability_domain", "shape", "image_id", "subnet_id",
                     "region"):
             assert power.get(key), f"{h}: power mapping lacks {key}"
+        # Launched into the RDMA cluster at its planned address and name.
+        assert power["compute_cluster_id"] == f"{cluster[0].name}-id", h
+        assert (power["private_ip"], power["hostname_label"]) == (
+            inv[h]["metalslurm_address"], h)
+
+
+def test_oci_launched_nodes_let_in_the_operator_and_the_clusters_join_key(oci_run):
+    """The launch metadata puts the operator's key and the join key into the login user's
+    authorized_keys; the join key's private half goes only to the operator-files command,
+    as a secret, and is the key of that public half."""
+    plain, _ = example("oci")
+    hosts = oci_run.exports["inventory"]["all"]["hosts"]
+    elastic = [h for h, hv in hosts.items() if hv.get("metalslurm_node_state") == "cloud"]
+    seed = next(x for x in oci_run.mocks.resources if x.name.endswith("-join-key"))
+    assert seed.inputs["length"] == 32, seed.urn
+    cmd = next(x for x in oci_run.mocks.resources if x.name.endswith("-configure"))
+    private = unsecret(cmd.inputs["environment"])["METALSLURM_JOIN_SSH_KEY"]
+    keys = {hosts[h]["metalslurm_power"]["metadata"]["ssh_authorized_keys"] for h in elastic}
+    assert len(keys) == 1
+    operator, join = keys.pop().split("\n")
+    assert operator == plain["metalslurm:oci"]["sshPublicKey"]
+    name = plain["metalslurm:clusterName"]
+    assert join.endswith(f" metalslurm-join-{name}")
+    assert join_key_pair(seed.outputs["base64"], name) == (private, join)
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assert "OPENSSH PRIVATE" not in json.dumps(oci_run.exports["inventory"])
 
 
 def test_oci_login_nodes_are_cpu_instances_in_the_private_subnet(oci_run):
@@ -273,3 +307,27 @@ def test_a_webhook_url_reaches_the_operator_files_only_as_a_secret():
     assert is_secret_value(cmd.inputs["environment"]), f"{cmd.urn}: environment is not secret"
     assert unsecret(cmd.inputs["environment"])["METALSLURM_ALERT_SECRETS"] == (
         '{"ops-hook": {"url": "' + hook + '"}}'), cmd.urn
+
+
+def test_oci_start_stop_nodes_are_created_stopped_and_then_left_to_the_driver(monkeypatch):
+    """A start-stop elastic node is created STOPPED; its state is then the power driver's:
+    the instance ignores changes to it, so 'pulumi up --refresh' (which reads a node Slurm
+    resumed as RUNNING) never stops a node under a job. Other instances manage their state."""
+    import pulumi_oci
+
+    options: dict[str, pulumi.ResourceOptions | None] = {}
+
+    class Recorded(pulumi_oci.core.Instance):
+        def __init__(self, resource_name: str, opts=None, **kwargs) -> None:
+            options[resource_name] = opts
+            super().__init__(resource_name, opts=opts, **kwargs)
+
+    monkeypatch.setattr(pulumi_oci.core, "Instance", Recorded)
+    plain, secrets = example("oci")
+    plain = {**plain, "metalslurm:oci": {**plain["metalslurm:oci"], "elasticMode": "start-stop"}}
+    r = run_program(plain, secrets)
+    stopped = {x.name for x in r.mocks.of_type(INSTANCE) if x.inputs.get("state") == "STOPPED"}
+    assert len(stopped) == plain["metalslurm:computePools"][0]["elasticCount"]
+    assert {n for n, o in options.items() if o is not None and o.ignore_changes} == stopped
+    assert all(o.ignore_changes == ["state"] for n, o in options.items() if n in stopped)
+    assert not [x for x in r.mocks.resources if x.name.endswith("-join-key")]
