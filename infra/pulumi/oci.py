@@ -24,7 +24,7 @@ as a secret in the stack's state, so every operator of the stack has the same on
 
 from __future__ import annotations
 
-import base64
+import hashlib
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,7 +35,7 @@ import pulumi_random as random
 from infra.pulumi.machines import ClusterArgs, Machines
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import NodeSpec, login_specs
-from infra.stack.join_kit import LAUNCH_TERMINATE, ed25519_key_pair
+from infra.stack.join_kit import LAUNCH_TERMINATE, START_STOP, ed25519_key_pair
 from infra.stack.oci import OciSettings
 from infra.stack.schema import ConfigError, key
 
@@ -44,6 +44,7 @@ FLEX_OCPUS = 8
 FLEX_MEMORY_GBS = 64
 ALL_PROTOCOLS = "all"
 TCP = "6"
+JOIN_SEED_CHARS = 64  # of [A-Za-z0-9]: 381 bits, hashed into the Ed25519 seed
 
 
 def _settings(cfg: ClusterConfig) -> OciSettings:
@@ -87,9 +88,20 @@ def _launched(common: dict[str, Any], operator_key: str,
             "metadata": {"ssh_authorized_keys": keys}}
 
 
-def join_key_pair(seed_b64: str, cluster: str) -> tuple[str, str]:
-    """(private key file, ``authorized_keys`` line) of the cluster's join key."""
-    return ed25519_key_pair(base64.b64decode(seed_b64), f"metalslurm-join-{cluster}")
+def join_key_pair(seed: str, cluster: str) -> tuple[str, str]:
+    """(private key file, ``authorized_keys`` line) of the cluster's join key, made from the
+    random ``seed`` text Pulumi keeps as a secret."""
+    return ed25519_key_pair(hashlib.sha256(seed.encode()).digest(), f"metalslurm-join-{cluster}")
+
+
+def join_key_outputs(seed: pulumi.Output[str],
+                     cluster: str) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """(private key, public line) of the join key as Outputs: the private one secret, the
+    public one plain (the inventory, a plain output, holds it) even though it is made from
+    a secret."""
+    pair = seed.apply(partial(join_key_pair, cluster=cluster))
+    return (pulumi.Output.secret(pair.apply(lambda p: p[0])),
+            pulumi.Output.unsecret(pair.apply(lambda p: p[1])))
 
 
 @dataclass(frozen=True)
@@ -231,14 +243,22 @@ class _Launcher:
             self.instance(spec.name, shape, net.private, "compute", spec.address, False,
                           net.compute_cluster.id)
             return None
-        if o.elastic_mode == "start-stop":
+        if o.elastic_mode == START_STOP:
             inst = self.instance(spec.name, shape, net.private, "compute-elastic", spec.address,
                                  False, net.compute_cluster.id, state="STOPPED")
             return pulumi.Output.all(inst.id).apply(
                 partial(_with_ids, common, ("instance_id",)))
         if join_public is None:
             raise ValueError(f"{spec.name}: a launch-terminate node needs the join key")
-        common.update(image_id=o.image_id, private_ip=spec.address, hostname_label=spec.name)
+        # Named and tagged as the instances made here are, so that the driver finds only
+        # this cluster's instance of the node; the boot volume and shape as theirs.
+        common.update(image_id=o.image_id, private_ip=spec.address, hostname_label=spec.name,
+                      display_name=f"{self.cfg.cluster_name}-{spec.name}",
+                      freeform_tags={**self.tags, "metalslurm-role": "compute-elastic",
+                                     "metalslurm-node": spec.name},
+                      boot_volume_gbs=o.boot_volume_gbs)
+        if shape.endswith(".Flex"):
+            common["shape_config"] = {"ocpus": FLEX_OCPUS, "memory_in_gbs": FLEX_MEMORY_GBS}
         return pulumi.Output.all(net.private.id, net.compute_cluster.id, join_public).apply(
             partial(_launched, common, o.ssh_public_key))
 
@@ -269,11 +289,11 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
     join_private: pulumi.Output[str] | None = None
     join_public: pulumi.Output[str] | None = None
     if o.elastic_mode == LAUNCH_TERMINATE and any(s.node_state == "cloud" for s in specs):
-        seed = random.RandomBytes(f"{name}-join-key", length=32, opts=launch.child)
-        pair = seed.base64.apply(partial(join_key_pair, cluster=cfg.cluster_name))
-        join_private = pulumi.Output.secret(pair.apply(lambda p: p[0]))
-        # The public half is no secret: the inventory (a plain output) holds it.
-        join_public = pulumi.Output.unsecret(pair.apply(lambda p: p[1]))
+        # A RandomPassword, not RandomBytes: pulumi-random makes a RandomBytes' value its
+        # resource ID, which Pulumi cannot keep secret (a password's ID is "none").
+        seed = random.RandomPassword(f"{name}-join-key", length=JOIN_SEED_CHARS, special=False,
+                                     opts=launch.child)
+        join_private, join_public = join_key_outputs(seed.result, cfg.cluster_name)
     for spec in specs:
         if "slurm_controller" in spec.groups:
             launch.instance(spec.name, o.controller_shape, net.private, "controller",

@@ -55,7 +55,7 @@ _OWN = {("ansible", "builtin"), ("ansible", "legacy"), ("metalslurm", "cluster")
 # How the node's login user becomes root: kept from the operator's inventory (the join key
 # is in that user's authorized_keys, as the provider put the operator's key there).
 _LOGIN_VARS = ("ansible_user", "ansible_become", "ansible_become_method", "ansible_become_user")
-LAUNCH_TERMINATE = ELASTIC_MODES[1]
+START_STOP, LAUNCH_TERMINATE = ELASTIC_MODES
 
 
 def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, Any]:
@@ -214,13 +214,17 @@ def with_join(inventory: Mapping[str, Any], repo: Path, kit: Path,
 
 def kit_inputs_digest(repo: Path) -> str:
     """A digest of the files the kit takes from ``repo`` (roles, playbooks, the modules of
-    other collections): a Pulumi stack configures again, and so rebuilds the kit, when it
-    changes."""
+    other collections) and of this module: a Pulumi stack configures again, and so rebuilds
+    the kit, when it changes. The containers' mirror is left out (its artifacts are pinned
+    by sha256 in the inventory, which the command's other trigger is)."""
     digest = hashlib.sha256()
     paths = [(str(p.relative_to(repo)), p) for sub in ("ansible", "roles")
              for p in _files(repo, sub)]
+    # This module too: how the kit and its inventory are made.
+    paths.append(("infra/stack/join_kit.py", Path(__file__)))
     for name, path in paths + sorted(collection_modules(repo).items()):
-        digest.update(f"{name}\0{path.stat().st_mode & 0o111}\0".encode())
+        # Executable or not, as the kit keeps it (not the operator's umask).
+        digest.update(f"{name}\0{bool(path.stat().st_mode & 0o111)}\0".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 

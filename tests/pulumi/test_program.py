@@ -10,11 +10,20 @@ import pulumi
 import pytest
 import yaml
 
-from infra.pulumi.oci import join_key_pair
+from infra.pulumi.oci import join_key_outputs, join_key_pair
 from infra.stack.inventory import inventory_problems, inventory_view
 from infra.stack.join_kit import kit_inputs_digest
 from tests.paths import REPO
-from tests.pulumi.mocks import Run, example, is_secret_value, run_program, unsecret
+from tests.pulumi.mocks import (
+    PROJECT,
+    STACK,
+    RecordingMocks,
+    Run,
+    example,
+    is_secret_value,
+    run_program,
+    unsecret,
+)
 
 SECRET_EXPORTS = {"mungeKey", "slurmdbdPassword", "slurmJwtKey"}
 INSTANCE = "oci:Core/instance:Instance"
@@ -195,6 +204,14 @@ def test_oci_shapes_and_rdma_cluster_match_the_config(oci_run):
         assert power["compute_cluster_id"] == f"{cluster[0].name}-id", h
         assert (power["private_ip"], power["hostname_label"]) == (
             inv[h]["metalslurm_address"], h)
+        # Named and tagged as the static instances: the driver finds only this cluster's.
+        assert power["display_name"] == f"{plain['metalslurm:clusterName']}-{h}"
+        assert power["freeform_tags"] == {"metalslurm-cluster": plain["metalslurm:clusterName"],
+                                          "metalslurm-role": "compute-elastic",
+                                          "metalslurm-node": h}
+        boot = gpu[0].inputs["sourceDetails"]["bootVolumeSizeInGbs"]
+        assert power["boot_volume_gbs"] == int(boot)
+        assert "shape_config" not in power  # a bare-metal shape
 
 
 def test_oci_launched_nodes_let_in_the_operator_and_the_clusters_join_key(oci_run):
@@ -205,7 +222,9 @@ def test_oci_launched_nodes_let_in_the_operator_and_the_clusters_join_key(oci_ru
     hosts = oci_run.exports["inventory"]["all"]["hosts"]
     elastic = [h for h, hv in hosts.items() if hv.get("metalslurm_node_state") == "cloud"]
     seed = next(x for x in oci_run.mocks.resources if x.name.endswith("-join-key"))
-    assert seed.inputs["length"] == 32, seed.urn
+    # A password: pulumi-random makes a RandomBytes' value its (never secret) resource ID.
+    assert seed.typ == "random:index/randomPassword:RandomPassword", seed.urn
+    assert (seed.inputs["length"], seed.inputs["special"]) == (64, False), seed.urn
     cmd = next(x for x in oci_run.mocks.resources if x.name.endswith("-configure"))
     private = unsecret(cmd.inputs["environment"])["METALSLURM_JOIN_SSH_KEY"]
     keys = {hosts[h]["metalslurm_power"]["metadata"]["ssh_authorized_keys"] for h in elastic}
@@ -214,7 +233,7 @@ def test_oci_launched_nodes_let_in_the_operator_and_the_clusters_join_key(oci_ru
     assert operator == plain["metalslurm:oci"]["sshPublicKey"]
     name = plain["metalslurm:clusterName"]
     assert join.endswith(f" metalslurm-join-{name}")
-    assert join_key_pair(seed.outputs["base64"], name) == (private, join)
+    assert join_key_pair(seed.outputs["result"], name) == (private, join)
     assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     assert "OPENSSH PRIVATE" not in json.dumps(oci_run.exports["inventory"])
 
@@ -331,3 +350,23 @@ def test_oci_start_stop_nodes_are_created_stopped_and_then_left_to_the_driver(mo
     assert {n for n, o in options.items() if o is not None and o.ignore_changes} == stopped
     assert all(o.ignore_changes == ["state"] for n, o in options.items() if n in stopped)
     assert not [x for x in r.mocks.resources if x.name.endswith("-join-key")]
+
+
+def test_the_join_keys_public_half_is_plain_and_its_private_half_secret():
+    """Made from a secret (the password's result is one), the public half must come out
+    plain, or the whole inventory output would turn secret; the private half stays one."""
+    pulumi.runtime.set_mocks(RecordingMocks(), project=PROJECT, stack=STACK, preview=False)
+
+    @pulumi.runtime.test
+    def check() -> pulumi.Output[None]:
+        private, public = join_key_outputs(pulumi.Output.secret("s" * 64), "c1")
+
+        async def probe() -> None:
+            assert await private.is_secret()
+            assert not await public.is_secret()
+            assert (await private.future(), await public.future()) == join_key_pair(
+                "s" * 64, "c1")
+
+        return pulumi.Output.from_input(probe())
+
+    check()

@@ -433,8 +433,15 @@ class ComputeApi(BaseHTTPRequestHandler):
             return self._reply(404, {"code": "NotAuthorizedOrNotFound", "message": "no"})
         if path == "/20160918/instances":
             name = dict(p.split("=", 1) for p in query.split("&")).get("displayName")
-            return self._reply(200, [i for i in self.instances.values()
-                                     if i["displayName"] == name])
+            listed = [dict(i) for i in self.instances.values() if i["displayName"] == name]
+            # A terminating instance is gone after it has been listed twice.
+            for i in self.instances.values():
+                if i["lifecycleState"] == "TERMINATING":
+                    i["listed"] = i.get("listed", 0) + 1
+                    if i["listed"] >= 2:
+                        i["lifecycleState"] = "TERMINATED"
+            return self._reply(200, [{k: v for k, v in i.items() if k != "listed"}
+                                     for i in listed])
         return self._reply(404, {"code": "NotFound", "message": self.path})
 
     def do_POST(self) -> None:
@@ -445,7 +452,8 @@ class ComputeApi(BaseHTTPRequestHandler):
             iid = f"ocid1.instance.oc1..launched{len(self.instances)}"
             self.instances[iid] = {"id": iid, "displayName": body["displayName"],
                                    "lifecycleState": "PROVISIONING",
-                                   "compartmentId": body["compartmentId"]}
+                                   "compartmentId": body["compartmentId"],
+                                   "freeformTags": body.get("freeformTags") or {}}
             return self._reply(200, self.instances[iid])
         iid = path.rsplit("/", 1)[1]
         action = dict(p.split("=", 1) for p in query.split("&")).get("action")
@@ -518,23 +526,32 @@ def test_oci_start_stop(compute_api: tuple[str, str]) -> None:
 
 def test_oci_launch_terminate(compute_api: tuple[str, str]) -> None:
     endpoint, config = compute_api
+    tags = {"metalslurm-cluster": "c1", "metalslurm-node": "gpu-002"}
     params = oci_params(endpoint, config, mode="launch-terminate",
                         compartment_id="ocid1.compartment.oc1..c", availability_domain="AD-1",
                         shape="BM.GPU.H100.8", image_id="ocid1.image.oc1..img",
                         subnet_id="ocid1.subnet.oc1..sub", private_ip="10.0.2.21",
-                        compute_cluster_id="ocid1.computecluster.oc1..rdma",
+                        display_name="c1-gpu-002", freeform_tags=tags, boot_volume_gbs=200,
+                        compute_cluster_id="ocid1.computecluster.oc1..rdma", poll_interval=0.01,
                         metadata={"ssh_authorized_keys": "ssh-ed25519 AAAAop op\n"
                                                          "ssh-ed25519 AAAAjoin join"})
+    # Another cluster's instance of the same name in the compartment is not this node's.
+    ComputeApi.instances["ocid1.instance.oc1..other"] = {
+        "id": "ocid1.instance.oc1..other", "displayName": "c1-gpu-002",
+        "lifecycleState": "RUNNING", "compartmentId": "ocid1.compartment.oc1..c",
+        "freeformTags": {"metalslurm-cluster": "c2"}}
     driver = make_driver("oci", {"gpu-002": params}, {})
+    assert driver.status(["gpu-002"])["gpu-002"].power == OFF
     result = driver.power_on(["gpu-002"])["gpu-002"]
     assert (result.ok, result.address) == (True, "10.0.2.21"), result
     launch = [r for r in ComputeApi.requests if r["method"] == "POST"][0]
     assert launch["body"] == {
         "availabilityDomain": "AD-1", "compartmentId": "ocid1.compartment.oc1..c",
-        "displayName": "gpu-002", "shape": "BM.GPU.H100.8",
+        "displayName": "c1-gpu-002", "shape": "BM.GPU.H100.8", "freeformTags": tags,
         "createVnicDetails": {"assignPublicIp": False, "hostnameLabel": "gpu-002",
                               "privateIp": "10.0.2.21", "subnetId": "ocid1.subnet.oc1..sub"},
-        "sourceDetails": {"sourceType": "image", "imageId": "ocid1.image.oc1..img"},
+        "sourceDetails": {"sourceType": "image", "imageId": "ocid1.image.oc1..img",
+                          "bootVolumeSizeInGBs": 200},
         "computeClusterId": "ocid1.computecluster.oc1..rdma",
         "metadata": {"ssh_authorized_keys": "ssh-ed25519 AAAAop op\nssh-ed25519 AAAAjoin join"},
     }
@@ -543,8 +560,16 @@ def test_oci_launch_terminate(compute_api: tuple[str, str]) -> None:
     assert driver.power_off(["gpu-002"])["gpu-002"].ok
     delete = [r for r in ComputeApi.requests if r["method"] == "DELETE"]
     assert [d["path"] for d in delete] == [
-        "/20160918/instances/ocid1.instance.oc1..launched1?preserveBootVolume=false"]
-    assert driver.status(["gpu-002"])["gpu-002"].power == OFF
+        "/20160918/instances/ocid1.instance.oc1..launched2?preserveBootVolume=false"]
+    # A resume while the old instance terminates (it holds the address): the launch waits
+    # until it is gone, then launches.
+    ComputeApi.requests = []
+    assert driver.power_on(["gpu-002"])["gpu-002"].ok
+    calls = [(r["method"], r["path"].split("?")[0]) for r in ComputeApi.requests]
+    assert calls == [("GET", "/20160918/instances")] * 3 + [("POST", "/20160918/instances")]
+    assert ComputeApi.instances["ocid1.instance.oc1..launched2"]["lifecycleState"] == \
+        "TERMINATED"
+    assert ComputeApi.instances["ocid1.instance.oc1..other"]["lifecycleState"] == "RUNNING"
 
 
 def test_oci_api_error_is_a_node_error(compute_api: tuple[str, str]) -> None:

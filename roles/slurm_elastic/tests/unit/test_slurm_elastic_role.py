@@ -25,7 +25,11 @@ from tests.paths import REPO
 ROLE = REPO / "roles" / "slurm_elastic"
 
 
-def render(tmp_path: Path, **all_vars: object) -> subprocess.CompletedProcess[str]:
+REDFISH = {"driver": "redfish", "endpoint": "https://10.0.0.2"}
+
+
+def render(tmp_path: Path, power: dict[str, object] | None = None,
+           **all_vars: object) -> subprocess.CompletedProcess[str]:
     inventory = {"all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                  **all_vars},
@@ -33,8 +37,8 @@ def render(tmp_path: Path, **all_vars: object) -> subprocess.CompletedProcess[st
             "slurm_controller": {"hosts": {"ctl": None}},
             "slurm_compute": {"hosts": {
                 "gpu-001": {"metalslurm_node_state": "static"},
-                "gpu-002": {"metalslurm_node_state": "cloud", "metalslurm_power": {
-                    "driver": "redfish", "endpoint": "https://10.0.0.2"}}}}}}}
+                "gpu-002": {"metalslurm_node_state": "cloud",
+                            "metalslurm_power": power or REDFISH}}}}}}
     templates = ["etc/slurm/metalslurm-power.yaml.j2",
                  "etc/systemd/system/metalslurm-power-reconcile.timer.j2"]
     play = [{
@@ -91,3 +95,15 @@ def test_an_inventory_without_timings_or_provider_is_refused(tmp_path: Path) -> 
     assert ("metalslurm_elastic leaves out suspend_time, suspend_timeout, resume_timeout"
             in proc.stdout), proc.stdout[-3000:]
     assert "set metalslurm_provider, or give every setting" in proc.stdout
+
+
+def test_launch_terminate_nodes_without_the_join_kit_are_refused(tmp_path: Path) -> None:
+    """A Pulumi stack's 'inventory' output lacks metalslurm_join (its configure command adds
+    it to the file it writes): run with it, the role would remove the controller's join."""
+    proc = render(tmp_path, metalslurm_provider="oci", power={
+        "driver": "oci", "mode": "launch-terminate", "compartment_id": "c",
+        "availability_domain": "AD-1", "shape": "BM.GPU.H100.8", "image_id": "i",
+        "subnet_id": "s"})
+    assert proc.returncode != 0
+    assert ("gpu-002 are launch-terminate nodes, and this inventory has no metalslurm_join"
+            in " ".join(proc.stdout.split())), proc.stdout[-3000:]

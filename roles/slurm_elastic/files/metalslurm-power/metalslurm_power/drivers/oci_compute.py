@@ -2,11 +2,15 @@
 
 - ``start-stop`` (default): the node is one instance (``instance_id``) that is started
   (instance_action START) and stopped (SOFTSTOP; STOP when forced). Its address does not change.
-- ``launch-terminate``: the node's instance is launched on resume (display name = node name,
-  ``compartment_id``, ``availability_domain``, ``shape``, ``image_id``, ``subnet_id``, optional
-  ``private_ip``, ``hostname_label``, ``compute_cluster_id``, ``shape_config``, ``metadata``)
-  and terminated on suspend; it is found again by display name. The address is
-  ``private_ip`` when given, else read from its VNIC.
+- ``launch-terminate``: the node's instance is launched on resume (``compartment_id``,
+  ``availability_domain``, ``shape``, ``image_id``, ``subnet_id``, optional ``display_name``
+  (default: the node's name), ``freeform_tags``, ``boot_volume_gbs``, ``private_ip``,
+  ``hostname_label``, ``compute_cluster_id``, ``shape_config``, ``metadata``) and terminated on
+  suspend; it is found again by display name and, when given, its tags (so another cluster's
+  instance of the same name in the compartment is never taken for it). The address is
+  ``private_ip`` when given, else read from its VNIC. An instance of the node still
+  terminating holds that address and host name: a launch waits for it to be gone (up to
+  ``terminate_wait``, 900 s), or OCI refuses the launch.
 
 Auth: instance principals (the controller's dynamic group) unless ``auth: config_file`` with
 ``config_file`` / ``profile``. ``region``; ``service_endpoint`` overrides the Compute endpoint
@@ -68,12 +72,28 @@ class OciDriver(PerNodeDriver):
             return OFF
         return UNKNOWN
 
-    def _find(self, node: str) -> Any | None:
-        """launch-terminate: the node's live instance (by display name), or None."""
+    def _instances(self, node: str) -> list[Any]:
+        """launch-terminate: the node's instances, live or not (by display name and tags)."""
         p = self.params[node]
-        found = self._client(node).list_instances(p["compartment_id"], display_name=node).data
-        live = [i for i in found if i.lifecycle_state not in _GONE]
+        found = self._client(node).list_instances(
+            p["compartment_id"], display_name=p.get("display_name", node)).data
+        tags = p.get("freeform_tags") or {}
+        return [i for i in found
+                if all((i.freeform_tags or {}).get(k) == v for k, v in tags.items())]
+
+    def _find(self, node: str) -> Any | None:
+        """launch-terminate: the node's live instance, or None."""
+        live = [i for i in self._instances(node) if i.lifecycle_state not in _GONE]
         return live[0] if live else None
+
+    def _wait_terminated(self, node: str) -> None:
+        """Until no instance of the node is TERMINATING (it holds the node's address and host
+        name until then), within ``terminate_wait``; past it the launch says why it fails."""
+        p = self.params[node]
+        deadline = time.monotonic() + float(p.get("terminate_wait", 900))
+        while any(i.lifecycle_state == "TERMINATING" for i in self._instances(node)) \
+                and time.monotonic() < deadline:
+            time.sleep(float(p.get("poll_interval", 5)))
 
     def _address(self, node: str, instance: Any) -> str | None:
         p = self.params[node]
@@ -102,9 +122,10 @@ class OciDriver(PerNodeDriver):
                                         private_ip=p.get("private_ip"))
         details = models.LaunchInstanceDetails(
             compartment_id=p["compartment_id"], availability_domain=p["availability_domain"],
-            shape=p["shape"], display_name=node, create_vnic_details=vnic,
-            source_details=models.InstanceSourceViaImageDetails(image_id=p["image_id"]),
-            metadata=p.get("metadata"),
+            shape=p["shape"], display_name=p.get("display_name", node), create_vnic_details=vnic,
+            source_details=models.InstanceSourceViaImageDetails(
+                image_id=p["image_id"], boot_volume_size_in_gbs=p.get("boot_volume_gbs")),
+            metadata=p.get("metadata"), freeform_tags=p.get("freeform_tags"),
             # The RDMA compute cluster the static nodes are in (the stack's, by the oci
             # provider): without it the node has no RDMA path to them.
             compute_cluster_id=p.get("compute_cluster_id"),
@@ -120,7 +141,10 @@ class OciDriver(PerNodeDriver):
             if self._power(instance.lifecycle_state) != ON:
                 self._client(node).instance_action(p["instance_id"], "START")
             return NodeResult(node=node, ok=True, power=ON)
-        instance = self._find(node) or self._launch(node)
+        instance = self._find(node)
+        if instance is None:
+            self._wait_terminated(node)
+            instance = self._launch(node)
         address = self._address(node, instance)
         return NodeResult(node=node, ok=True, power=ON, address=address)
 
