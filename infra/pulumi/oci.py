@@ -235,10 +235,10 @@ class _Launcher:
         static node."""
         o = self.o
         shape = compute_shape(self.cfg, spec.name)
-        common = {"driver": "oci", "mode": o.elastic_mode,
-                  "compartment_id": o.compartment_id,
-                  "availability_domain": o.availability_domain, "shape": shape,
-                  "region": o.region}
+        common: dict[str, Any] = {"driver": "oci", "mode": o.elastic_mode,
+                                  "compartment_id": o.compartment_id,
+                                  "availability_domain": o.availability_domain,
+                                  "shape": shape, "region": o.region}
         if spec.node_state == "static":
             self.instance(spec.name, shape, net.private, "compute", spec.address, False,
                           net.compute_cluster.id)
