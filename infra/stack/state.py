@@ -29,6 +29,9 @@ the cluster's state, and nodes never make one (roles/munge refuses an inventory 
   backend; every ``pulumi up``, from any checkout, gets the same key. A key made here
   instead would live in one operator's checkout, and a teammate's fresh checkout would make
   another; and moving existing stacks off RandomBytes would re-key every one of them.
+  Known defect: pulumi-random makes a RandomBytes' value its resource ID, which Pulumi cannot
+  keep secret, so the key is in plain text in the stack's state (docs/how-to/providers.md);
+  the way off it is a re-key, which waits for a rolling rotation (powered-down nodes too).
 - ``metalslurm local up`` (no Pulumi engine, no Pulumi state): :func:`new_munge_key`, kept
   in ``secrets/`` for the life of the cluster (``local down`` removes it with the nodes).
 
