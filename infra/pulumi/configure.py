@@ -68,7 +68,8 @@ def write_operator_files(state: StateDir, env: Mapping[str, str]) -> list[Path]:
     if not inventory:
         raise OperatorFilesError("METALSLURM_INVENTORY is empty")
     join_key = env.get(JOIN_KEY_ENV)
-    if launched_nodes(inventory) and not (
+    launched = bool(launched_nodes(inventory))
+    if launched and not (
             join_key and join_key.startswith(_OPENSSH_KEY[0]) and join_key.endswith(
                 _OPENSSH_KEY[1])):
         raise OperatorFilesError(f"{JOIN_KEY_ENV}: the inventory has launch-terminate nodes, "
@@ -80,7 +81,7 @@ def write_operator_files(state: StateDir, env: Mapping[str, str]) -> list[Path]:
         written = [state.write_secret(var, value) for var, value in values.items()]
     except SecretError as exc:
         raise OperatorFilesError(str(exc)) from None
-    if launched_nodes(inventory):
+    if launched:
         written.append(state.write_join_key(str(join_key)))
         inventory = with_join(inventory, REPO_ROOT, state.join_kit, state.join_key)
     written.append(state.write_inventory(inventory, HEADER))

@@ -18,8 +18,8 @@ start-stop``, they are created now, stopped, and the driver starts and stops the
 
 A launched machine lets in the operator's key and the cluster's join key (its login user's
 ``authorized_keys``, through the launch metadata): the controller configures it with the
-join key (infra/stack/join_kit.py). The join key is made from 32 random bytes Pulumi keeps
-as a secret in the stack's state, so every operator of the stack has the same one.
+join key (infra/stack/join_kit.py). The join key is made from a random password Pulumi
+keeps as a secret in the stack's state, so every operator of the stack has the same one.
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
                                   gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                                   node_state="cloud" if node in elastic else "static"))
     return specs + login_specs(cfg)
+
+
+def _flex_config(shape: str) -> dict[str, int] | None:
+    """A flexible shape's OCPUs and memory (every instance of one gets the same), else None."""
+    return ({"ocpus": FLEX_OCPUS, "memory_in_gbs": FLEX_MEMORY_GBS}
+            if shape.endswith(".Flex") else None)
 
 
 def _with_ids(common: dict[str, Any], names: tuple[str, ...],
@@ -200,18 +206,23 @@ class _Launcher:
             freeform_tags=tags, opts=child)
         return _Network(private, public, compute_cluster)
 
+    def display_name(self, host: str) -> str:
+        return f"{self.cfg.cluster_name}-{host}"
+
+    def instance_tags(self, role: str, host: str) -> dict[str, str]:
+        return {**self.tags, "metalslurm-role": role, "metalslurm-node": host}
+
     def instance(self, host: str, shape: str, subnet: Any, role: str,
                  private_ip: str | None, public_ip: bool, cluster_id: Any = None,
                  state: str | None = None) -> Any:
         """An instance named ``<cluster>-<host>`` booted from the stack's image."""
         core, o = self.oci.core, self.o
-        flex = shape.endswith(".Flex")
+        flex = _flex_config(shape)
         return core.Instance(
             f"{self.name}-{host}", compartment_id=o.compartment_id,
             availability_domain=o.availability_domain, shape=shape,
-            shape_config=core.InstanceShapeConfigArgs(
-                ocpus=FLEX_OCPUS, memory_in_gbs=FLEX_MEMORY_GBS) if flex else None,
-            display_name=f"{self.cfg.cluster_name}-{host}",
+            shape_config=core.InstanceShapeConfigArgs(**flex) if flex else None,
+            display_name=self.display_name(host),
             source_details=core.InstanceSourceDetailsArgs(
                 source_type="image", source_id=o.image_id,
                 boot_volume_size_in_gbs=str(o.boot_volume_gbs)),
@@ -219,8 +230,7 @@ class _Launcher:
                 subnet_id=subnet.id, assign_public_ip="true" if public_ip else "false",
                 private_ip=private_ip, hostname_label=host),
             compute_cluster_id=cluster_id, metadata={"ssh_authorized_keys": o.ssh_public_key},
-            state=state, freeform_tags={**self.tags, "metalslurm-role": role,
-                                        "metalslurm-node": host},
+            state=state, freeform_tags=self.instance_tags(role, host),
             # A start-stop node is created stopped; afterwards its state is the power
             # driver's: a 'pulumi up --refresh' must not stop a node Slurm resumed for a job.
             opts=self.child if state is None else pulumi.ResourceOptions.merge(
@@ -253,12 +263,11 @@ class _Launcher:
         # Named and tagged as the instances made here are, so that the driver finds only
         # this cluster's instance of the node; the boot volume and shape as theirs.
         common.update(image_id=o.image_id, private_ip=spec.address, hostname_label=spec.name,
-                      display_name=f"{self.cfg.cluster_name}-{spec.name}",
-                      freeform_tags={**self.tags, "metalslurm-role": "compute-elastic",
-                                     "metalslurm-node": spec.name},
+                      display_name=self.display_name(spec.name),
+                      freeform_tags=self.instance_tags("compute-elastic", spec.name),
                       boot_volume_gbs=o.boot_volume_gbs)
-        if shape.endswith(".Flex"):
-            common["shape_config"] = {"ocpus": FLEX_OCPUS, "memory_in_gbs": FLEX_MEMORY_GBS}
+        if flex := _flex_config(shape):
+            common["shape_config"] = flex
         return pulumi.Output.all(net.private.id, net.compute_cluster.id, join_public).apply(
             partial(_launched, common, o.ssh_public_key))
 
