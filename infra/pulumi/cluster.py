@@ -26,7 +26,15 @@ from infra.pulumi.machines import ClusterArgs
 from infra.pulumi.oci import oci_machines
 from infra.stack.inventory import make_inventory
 from infra.stack.join_kit import kit_inputs_digest
-from infra.stack.state import CLUSTER_SECRETS, JWT_KEY_BYTES, MUNGE_KEY_BYTES, StateDir
+from infra.stack.state import (
+    CLUSTER_SECRETS,
+    JWT_KEY_BYTES,
+    KEY_TEXT_SPECIAL,
+    MUNGE_KEY_BYTES,
+    StateDir,
+    key_b64_from_text,
+    key_text_chars,
+)
 
 PROVIDERS = {"local": local_machines, "byo": byo_machines, "oci": oci_machines}
 # How long the pre-flight waits for oci machines just launched: a bare-metal shape takes
@@ -46,6 +54,24 @@ def secret_vars(args: ClusterArgs) -> dict[str, str]:
     if args.alert_secrets is not None:
         names.append("monitoring_alert_secrets_file")
     return StateDir(args.state_dir).secret_vars(names)
+
+
+# What makes a stack's key text: an imported key (docs/how-to/providers.md, "Keys of older
+# stacks") comes with other values of these, which must not replace it.
+KEY_TEXT_SETTINGS = ["length", "special", "overrideSpecial", "upper", "lower", "numeric",
+                     "number", "minUpper", "minLower", "minNumeric", "minSpecial"]
+
+
+def stack_key(name: str, nbytes: int, opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
+    """``nbytes`` random bytes, base64, made once and kept secret in the stack's state: a
+    RandomPassword over base64's alphabet. Not a RandomBytes: pulumi-random makes a
+    RandomBytes' value its resource ID, which Pulumi cannot keep secret (a password's ID is
+    "none")."""
+    text = random.RandomPassword(
+        name, length=key_text_chars(nbytes), special=True, override_special=KEY_TEXT_SPECIAL,
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(ignore_changes=KEY_TEXT_SETTINGS)))
+    return pulumi.Output.secret(text.result.apply(lambda t: key_b64_from_text(t, name)))
 
 
 class Cluster(pulumi.ComponentResource):
@@ -70,15 +96,13 @@ class Cluster(pulumi.ComponentResource):
         # the team's backend); 'metalslurm local up', which has no Pulumi state, makes its
         # own with infra/stack/state.py's new_munge_key. Why not one generator for both, and why
         # a key file is never replaced by another key: infra/stack/state.py's docstring.
-        munge = random.RandomBytes(f"{name}-munge-key", length=MUNGE_KEY_BYTES, opts=child)
+        self.munge_key_b64 = stack_key(f"{name}-munge-key-b64", MUNGE_KEY_BYTES, child)
         password = random.RandomPassword(f"{name}-slurmdbd-password", length=32,
                                          special=False, opts=child)
-        jwt = random.RandomBytes(f"{name}-jwt-key", length=JWT_KEY_BYTES, opts=child)
+        self.jwt_key_b64 = stack_key(f"{name}-jwt-key-b64", JWT_KEY_BYTES, child)
         monitoring = random.RandomPassword(f"{name}-monitoring-password", length=32,
                                            special=False, opts=child)
-        self.munge_key_b64 = pulumi.Output.secret(munge.base64)
         self.slurmdbd_password = pulumi.Output.secret(password.result)
-        self.jwt_key_b64 = pulumi.Output.secret(jwt.base64)
         self.monitoring_password = pulumi.Output.secret(monitoring.result)
 
         machines = PROVIDERS[cfg.provider](name, args, self)

@@ -24,14 +24,14 @@ can no longer talk to Slurm. So it is made once, on the operator's side, by what
 the cluster's state, and nodes never make one (roles/munge refuses an inventory without
 ``munge_key_b64_file``):
 
-- a Pulumi stack: pulumi-random's ``RandomBytes`` (infra/pulumi/cluster.py), generated when the
-  resource is created and kept in the stack's state, which a team shares through its
-  backend; every ``pulumi up``, from any checkout, gets the same key. A key made here
+- a Pulumi stack: a pulumi-random ``RandomPassword`` over base64's alphabet holding the
+  key's base64 (infra/pulumi/cluster.py), generated when the resource is created and kept,
+  secret, in the stack's state, which a team shares through its backend; every ``pulumi up``,
+  from any checkout, gets the same key (:func:`key_b64_from_text` reads it). A key made here
   instead would live in one operator's checkout, and a teammate's fresh checkout would make
-  another; and moving existing stacks off RandomBytes would re-key every one of them.
-  Known defect: pulumi-random makes a RandomBytes' value its resource ID, which Pulumi cannot
-  keep secret, so the key is in plain text in the stack's state (docs/how-to/providers.md);
-  the way off it is a re-key, which waits for a rolling rotation (powered-down nodes too).
+  another. Not a ``RandomBytes``: pulumi-random makes a RandomBytes' value its resource ID,
+  which Pulumi cannot keep secret (stacks made before 2026-12 had theirs there; moving one
+  keeps its key: docs/how-to/providers.md).
 - ``metalslurm local up`` (no Pulumi engine, no Pulumi state): :func:`new_munge_key`, kept
   in ``secrets/`` for the life of the cluster (``local down`` removes it with the nodes).
 
@@ -39,7 +39,8 @@ Both make the same thing (:data:`MUNGE_KEY_BYTES` random bytes, base64), and bot
 nodes through the one file this module writes, which is never replaced by a different key
 (:data:`KEPT_SECRETS`): a Pulumi stack run over a cluster 'local up' made, or a stack
 re-created over machines that outlived it, is refused with a sentence instead of re-keying
-the nodes.
+the nodes. The controller refuses a key other than the one it holds too (roles/munge,
+``munge_key_rotate``), for an operator whose checkout has no file yet.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ MUNGE_KEY_BYTES = 1024
 # replaced (a new munge key would cut off every node a run does not reach).
 KEPT_SECRETS = ("munge_key_b64_file",)
 JWT_KEY_BYTES = 32  # Slurm's auth/jwt HS256 key: 32 random bytes, as its docs make it
+# A Pulumi stack's keys are RandomPasswords over this alphabet (upper, lower, digits and
+# these two): base64's, so the password's text is the key's base64 (key_b64_from_text).
+KEY_TEXT_SPECIAL = "+/"
 # libyaml's emitter when PyYAML has it: the same YAML as SafeDumper, ~5x faster on the
 # inventory of a 1,000-node cluster.
 YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -239,9 +243,9 @@ class StateDir:
                 "written. Two ways to this: 'metalslurm local up' and 'pulumi up' on the same "
                 "stack (each makes its own key: use one of them, or 'metalslurm local down' "
                 "first), or a Pulumi stack made again over machines that outlived the old one "
-                "(adopt the file's key: 'pulumi import random:index/randomBytes:RandomBytes "
-                "<cluster>-munge-key <the file's content>'). If the cluster that key belonged "
-                "to is gone, delete the file and run again.")
+                "(adopt the file's key into the stack: docs/how-to/providers.md, 'Keys of "
+                "older stacks'). If the cluster that key belonged to is gone, delete the file "
+                "and run again.")
         return content
 
     def write_secret(self, var: str, value: str) -> Path:
@@ -284,9 +288,28 @@ def write_alert_secrets_file(state: StateDir, source: str) -> dict[str, str]:
     return state.secret_vars(["monitoring_alert_secrets_file"])
 
 
+def key_text_chars(nbytes: int) -> int:
+    """How many base64 characters hold ``nbytes`` random bytes (6 bits each, rounded up)."""
+    return -(-nbytes * 8 // 6)
+
+
+def key_b64_from_text(text: str, name: str) -> str:
+    """The canonical base64 of the key a Pulumi stack keeps as the text of RandomPassword
+    ``name``: random characters of base64's alphabet (a new stack; the last character's
+    spare bits are dropped), or a key's base64 with its padding (an older stack's key,
+    imported into the password). SecretError when the text is not base64."""
+    bare = "".join(text.split()).rstrip("=")
+    try:
+        raw = base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
+    except binascii.Error:
+        raise SecretError(f"{name}: the stack's key text is not base64 (an imported key must "
+                          "be the base64 of the key's bytes)") from None
+    return base64.b64encode(raw).decode()
+
+
 def new_munge_key() -> str:
     """A new munge key, base64: what a cluster without Pulumi state gets, once (a Pulumi
-    stack's is pulumi-random's RandomBytes of the same length; see the module's docstring)."""
+    stack's is a RandomPassword of key_text_chars(MUNGE_KEY_BYTES); the module's docstring)."""
     return base64.b64encode(secrets.token_bytes(MUNGE_KEY_BYTES)).decode()
 
 

@@ -58,7 +58,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             out["base64"] = base64.b64encode(data).decode()
             out["hex"] = data.hex()
         elif args.typ == "random:index/randomPassword:RandomPassword":
-            out["result"] = seed.hex()[:int(args.inputs["length"])]
+            length = int(args.inputs["length"])
+            out["result"] = (seed.hex() * (length // 64 + 1))[:length]
         elif args.typ == "command:local:Command":
             out["stdout"] = ("localhost/metalslurm-node:test" if args.name.endswith("-image")
                              else f"{args.name} ssh-ed25519 AAAAmock")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import ipaddress
 import json
+import re
 
 import pulumi
 import pytest
@@ -92,11 +94,41 @@ def test_secrets_are_secret_outputs_and_not_in_the_inventory(run):
         assert r.exports[key] and r.exports[key] not in text, f"{key} leaked into the inventory"
     for value in ("mock", "pw"):
         assert f": {value}\n" not in text
-    munge = next(x for x in r.mocks.resources if x.name.endswith("-munge-key"))
-    assert munge.inputs["length"] == 1024, munge.urn
+    assert len(base64.b64decode(r.exports["mungeKey"], validate=True)) == 1024
+    assert len(base64.b64decode(r.exports["slurmJwtKey"], validate=True)) == 32
     files = r.exports["inventory"]["all"]["vars"]
     for var in ("munge_key_b64_file", "slurmdbd_password_file", "slurm_jwt_key_b64_file"):
         assert files[var].startswith("/"), f"{var} is not set"
+
+
+def test_no_key_is_a_random_bytes_whose_id_is_its_value(run, monkeypatch):
+    """pulumi-random makes a RandomBytes' value its resource ID, which Pulumi keeps in plain
+    text; the keys are RandomPasswords (ID "none") over base64's alphabet, whose settings an
+    imported older key (its import sets length = len(ID) and no overrideSpecial: the
+    provider's ImportState) may not replace."""
+    import pulumi_random
+
+    provider, _ = run
+    options: dict[str, pulumi.ResourceOptions | None] = {}
+
+    class Recorded(pulumi_random.RandomPassword):
+        def __init__(self, resource_name: str, opts=None, **kwargs) -> None:
+            options[resource_name] = opts
+            super().__init__(resource_name, opts=opts, **kwargs)
+
+    monkeypatch.setattr(pulumi_random, "RandomPassword", Recorded)
+    r = run_program(*example(provider))
+    assert not r.mocks.of_type("random:index/randomBytes:RandomBytes"), _cluster_urn(r)
+    keys = {x.name: x for x in r.mocks.of_type("random:index/randomPassword:RandomPassword")
+            if x.name.endswith("-key-b64")}
+    assert {(n.split("-")[-3], x.inputs["length"], x.inputs["special"],
+             x.inputs["overrideSpecial"]) for n, x in keys.items()} == {
+        ("munge", 1366, True, "+/"), ("jwt", 43, True, "+/")}, _cluster_urn(r)
+    args = set(vars(pulumi_random.RandomPasswordArgs))
+    for name in keys:
+        ignored = options[name].ignore_changes
+        assert {"length", "overrideSpecial"} <= set(ignored), name
+        assert all(re.sub("([A-Z])", r"_\1", f).lower() in args for f in ignored), ignored
 
 
 def test_the_operator_files_command_gets_secrets_only_by_environment(run):

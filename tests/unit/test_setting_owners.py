@@ -213,7 +213,7 @@ def test_the_pulumi_stacks_key_is_as_long_as_the_local_clusters():
     """Two drivers each keep the key where their state lives (infra/stack/state.py says why); what
     a key is, is one definition."""
     text = (REPO / "infra/pulumi/cluster.py").read_text()
-    assert 'random.RandomBytes(f"{name}-munge-key", length=MUNGE_KEY_BYTES' in text
+    assert 'stack_key(f"{name}-munge-key-b64", MUNGE_KEY_BYTES' in text
     assert len(base64.b64decode(state.new_munge_key())) == state.MUNGE_KEY_BYTES
 
 

@@ -5,6 +5,7 @@ temporary file."""
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 from pathlib import Path
@@ -76,3 +77,37 @@ def test_a_file_planted_at_a_predictable_temporary_name_is_left_alone(
     state.write_secret(VAR, "second-password")
     assert (state.secrets / NAME).read_text() == "second-password\n"
     assert planted.read_text() == "someone else's"
+
+
+# ---- a Pulumi stack's key text (infra/pulumi/cluster.py stack_key) ---------------------------
+
+def test_key_text_is_long_enough_for_the_keys_bytes() -> None:
+    assert [state_module.key_text_chars(n) for n in (1024, 32, 3, 1)] == [1366, 43, 4, 2]
+
+
+def test_a_new_stacks_password_text_reads_as_a_key_of_the_full_length() -> None:
+    """1,366 characters of base64's alphabet (what the RandomPassword makes) are 1,024 bytes;
+    the last character's 4 spare bits are dropped, so the base64 written is canonical."""
+    text = ("Ab+/09zZ" * 200)[:1366]
+    key = state_module.key_b64_from_text(text, "c-munge-key-b64")
+    raw = base64.b64decode(key, validate=True)
+    assert len(raw) == 1024
+    assert base64.b64encode(raw).decode() == key
+    assert key[:1364] == text[:1364] and key.endswith("==")
+
+
+def test_an_older_stacks_key_imported_as_its_base64_is_kept_byte_for_byte() -> None:
+    """A RandomBytes' base64 (with its padding), imported into the password: the same key."""
+    old = base64.b64encode(os.urandom(1024)).decode()
+    assert old.endswith("==")
+    assert state_module.key_b64_from_text(old, "c-munge-key-b64") == old
+    assert state_module.key_b64_from_text(old[:600] + "\n" + old[600:] + "\n",
+                                          "c-munge-key-b64") == old
+    jwt = base64.b64encode(os.urandom(32)).decode()
+    assert state_module.key_b64_from_text(jwt, "c-jwt-key-b64") == jwt
+
+
+@pytest.mark.parametrize("text", ["not base64!", "A", "ABCDE"])
+def test_key_text_that_is_not_base64_is_refused_naming_the_resource(text: str) -> None:
+    with pytest.raises(state_module.SecretError, match=r"^c-munge-key-b64: .*not base64"):
+        state_module.key_b64_from_text(text, "c-munge-key-b64")
