@@ -135,9 +135,10 @@ def test_a_suspend_removes_the_machine_and_the_next_job_makes_a_new_one(cluster)
 
 
 def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
-    """The kit's munge key replaced by one no node has: the join's configure fails (the new
-    slurmd cannot authenticate to slurmctld), ResumeFailProgram removes the machine and
-    returns the node; the job waits, requeued. With the key back, it runs."""
+    """The kit's munge key replaced by one no node has: the join's configure fails (the
+    munge role refuses a key other than the controller's, before the new machine gets
+    one), ResumeFailProgram removes the machine and returns the node; the job waits,
+    requeued. With the key back, it runs."""
     key = f"{JOIN_DIR}/secrets/munge.key.b64"
     cluster.ctl(f"cp -p {key} {key}.good && head -c 1024 /dev/urandom | base64 -w0 > {key}")
     try:

@@ -7,6 +7,7 @@ the stack config's before the module ends, and the repaired node is whole again.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -240,6 +241,29 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures
     assert result.ok, result.failures
     assert changed_by_host(result) == {"ctl": ["Write slurm.conf", "Reconfigure Slurm"]}
     assert scontrol_config(up, "SchedulerParameters") == "bf_interval=45"
+
+
+def test_another_munge_key_is_refused_on_every_host_before_any_key_changes(up, tmp_path):
+    """An operator's file with another key than the controller's (a Pulumi stack made again,
+    a teammate's checkout before the old key was adopted): the controller is asked first,
+    every host of the play is refused with the same sentence, and no node's key or munged
+    changes (roles/munge/tasks/validate.yml)."""
+    other = tmp_path / "munge.key.b64"
+    other.write_text(base64.b64encode(os.urandom(1024)).decode() + "\n")
+    other.chmod(0o600)
+    nodes = ("ctl", "gpu-001", "gpu-002", "login-001")
+    probe = "sha256sum /etc/munge/munge.key; systemctl show -p ExecMainStartTimestamp munge"
+    before = {node: up.on(node, probe).stdout for node in nodes}
+    failed = run_playbook(up.inventory, out=lambda _line: None,
+                          extra_vars={"munge_key_b64_file": str(other)})
+    assert not failed.ok
+    refused = [f.split(":", 1)[0] for f in failed.failures
+               if f"ctl, which serves a Slurm cluster, holds another munge key than {other}; "
+               "nothing was changed." in
+               " ".join(f.split())]
+    assert sorted(refused) == list(nodes), failed.failures
+    assert failed.changed_tasks == []
+    assert {node: up.on(node, probe).stdout for node in nodes} == before
 
 
 def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):

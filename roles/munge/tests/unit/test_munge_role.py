@@ -1,9 +1,11 @@
 """The munge role's own check, run by Ansible: an inventory that names no key file is refused
 before any host is touched, with a sentence saying where the key comes from; the role never
-makes a key (the cluster's is made once on the operator's side, infra/stack/state.py)."""
+makes a key (the cluster's is made once on the operator's side, infra/stack/state.py); a
+controller holding another key keeps it unless the operator re-keys on purpose."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -14,9 +16,9 @@ import yaml
 from tests.paths import REPO
 
 
-def run_checks(tmp_path: Path, **role_vars: str) -> str:
-    """The role's checks alone on this machine: their output, whitespace folded (the run
-    must fail)."""
+def run_checks(tmp_path: Path, expect_failure: bool = True, **role_vars: object) -> str:
+    """The role's checks alone on this machine, which is the inventory's controller: their
+    output, whitespace folded (the run must fail, unless ``expect_failure`` is false)."""
     play = [{"hosts": "localhost", "gather_facts": False,
              "vars": {"ansible_python_interpreter": sys.executable, **role_vars},
              "tasks": [{"name": "The munge role's checks", "ansible.builtin.include_role": {
@@ -24,10 +26,12 @@ def run_checks(tmp_path: Path, **role_vars: str) -> str:
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1"}
+    (tmp_path / "hosts.ini").write_text("[slurm_controller]\nlocalhost\n")
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i",
-                           "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+                           str(tmp_path / "hosts.ini"), "-c", "local",
+                           str(tmp_path / "play.yml")],
                           capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert (proc.returncode != 0) == expect_failure, proc.stdout[-3000:]
     return " ".join(proc.stdout.split())
 
 
@@ -44,3 +48,49 @@ def test_a_key_file_that_is_not_there_is_refused_naming_it(tmp_path: Path) -> No
     assert f"munge_key_b64_file names {missing}, which is not a file on this machine " \
            "(the one running Ansible)" in out, out[-3000:]
     assert "is not set" not in out
+
+
+def _key_files(tmp_path: Path) -> tuple[Path, Path]:
+    """(the operator's file with one key, the controller's key file holding another)."""
+    operator = tmp_path / "secrets" / "munge.key.b64"
+    operator.parent.mkdir()
+    operator.write_text(base64.b64encode(bytes(range(256)) * 4).decode() + "\n")
+    held = tmp_path / "etc-munge" / "munge.key"
+    held.parent.mkdir()
+    held.write_bytes(bytes(reversed(range(256))) * 4)
+    return operator, held
+
+
+def _serving(tmp_path: Path) -> str:
+    """The controller's slurm.conf: it serves a cluster, so its key is that cluster's."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=c\n")
+    return str(conf)
+
+
+def test_a_controller_holding_another_key_is_refused_and_keeps_it(tmp_path: Path) -> None:
+    operator, held = _key_files(tmp_path)
+    before = held.read_bytes()
+    out = run_checks(tmp_path, munge_key_b64_file=str(operator), munge_key_path=str(held),
+                     munge_cluster_file=_serving(tmp_path))
+    assert f"localhost, which serves a Slurm cluster, holds another munge key than " \
+           f"{operator}; nothing was changed." in out, out[-3000:]
+    assert "resume every powered-down node first and run with -e munge_key_rotate=true" in out
+    assert held.read_bytes() == before
+
+
+def test_the_same_key_a_package_made_key_or_a_deliberate_rekey_passes(tmp_path: Path) -> None:
+    """The package's own key on a server that serves no cluster yet is replaced, as is
+    any key on a deliberate re-key; the cluster's own key or none passes."""
+    operator, held = _key_files(tmp_path)
+    unserved = str(tmp_path / "no-slurm.conf")
+    run_checks(tmp_path, False, munge_key_b64_file=str(operator), munge_key_path=str(held),
+               munge_cluster_file=unserved)
+    run_checks(tmp_path, False, munge_key_b64_file=str(operator), munge_key_path=str(held),
+               munge_cluster_file=_serving(tmp_path), munge_key_rotate=True)
+    held.write_bytes(base64.b64decode(operator.read_text()))
+    run_checks(tmp_path, False, munge_key_b64_file=str(operator), munge_key_path=str(held),
+               munge_cluster_file=_serving(tmp_path))
+    held.unlink()
+    run_checks(tmp_path, False, munge_key_b64_file=str(operator), munge_key_path=str(held),
+               munge_cluster_file=_serving(tmp_path))

@@ -17,6 +17,11 @@ options:
   path: {type: path, required: true, description: Key file.}
   content_b64: {type: str, required: true, description: The key, base64-encoded.}
   min_bytes: {type: int, default: 32, description: The shortest key the reader accepts.}
+  held_if:
+    type: path
+    description: >-
+      Count the key C(path) holds as one in service (so C(replaces)) only where this file
+      exists; without it, any other key there counts.
 extends_documentation_fragment: [files]
 """
 
@@ -33,6 +38,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 size: {description: Length of the key in bytes., returned: always, type: int}
+replaces:
+  description: >-
+    Whether C(path) held another key in service (see C(held_if)), which the module replaced
+    (or, in check mode, would replace): the munge role's controller check reads it.
+  returned: always
+  type: bool
 """
 
 import base64
@@ -72,6 +83,7 @@ def main() -> None:
             "path": {"type": "path", "required": True},
             "content_b64": {"type": "str", "required": True, "no_log": True},
             "min_bytes": {"type": "int", "default": MIN_KEY_BYTES},
+            "held_if": {"type": "path"},
         },
         add_file_common_args=True,
         supports_check_mode=True,
@@ -99,6 +111,9 @@ def main() -> None:
     if os.path.exists(path):
         changed = module.set_fs_attributes_if_different(file_args, changed)
     module.exit_json(changed=changed, size=len(wanted),
+                     replaces=existing is not None and existing != wanted and (
+                         module.params["held_if"] is None
+                         or os.path.exists(module.params["held_if"])),
                      sha256_prefix=hashlib.sha256(wanted).hexdigest()[:8])
 
 

@@ -40,8 +40,28 @@ def test_writes_exact_bytes_with_mode_then_is_idempotent(run_module, tmp_path):
 def test_check_mode_reports_without_writing(run_module, tmp_path):
     key = tmp_path / "munge.key"
     result = run_module(path=str(key), content_b64=KEY, _ansible_check_mode=True)
-    assert result["changed"] is True
+    assert (result["changed"], result["replaces"]) == (True, False)
     assert not key.exists()
+
+
+def test_it_says_when_it_replaces_another_key(run_module, tmp_path):
+    """A first key, or the same key with another mode, replaces nothing; another key does."""
+    key = tmp_path / "munge.key"
+    run_module(path=str(key), content_b64=KEY, mode="0400")
+    assert run_module(path=str(key), content_b64=KEY, mode="0600")["replaces"] is False
+    other = base64.b64encode(bytes(reversed(range(256))) * 4).decode()
+    result = run_module(path=str(key), content_b64=other, _ansible_check_mode=True)
+    assert (result["changed"], result["replaces"]) == (True, True)
+    assert key.read_bytes() == base64.b64decode(KEY)
+    # held_if: another key counts only where that file says the key is in service.
+    marker = tmp_path / "slurm.conf"
+    result = run_module(path=str(key), content_b64=other, held_if=str(marker),
+                        _ansible_check_mode=True)
+    assert (result["changed"], result["replaces"]) == (True, False)
+    marker.write_text("ClusterName=c\n")
+    result = run_module(path=str(key), content_b64=other, held_if=str(marker),
+                        _ansible_check_mode=True)
+    assert (result["changed"], result["replaces"]) == (True, True)
 
 
 def test_a_key_is_required_the_module_never_makes_one(run_module, tmp_path):
