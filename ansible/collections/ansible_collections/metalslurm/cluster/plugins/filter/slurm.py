@@ -12,6 +12,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     slurm_versions,
     slurmconf,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
     filter_errors,
     host_view,
@@ -23,7 +24,8 @@ slurm_errors = filter_errors(slurmconf.SlurmConfError)
 # What the filters below read of a compute node (and of its facts): compute_view copies it
 # once per node, so that the slurm_controller role reads each node's variables once a run.
 VIEW_VARS = ("metalslurm_node_options", "metalslurm_gpu_count", "metalslurm_gpu_type",
-             "metalslurm_node_state", "metalslurm_node")
+             "metalslurm_node_state", "metalslurm_node", "metalslurm_power")
+_, LAUNCH_TERMINATE = ELASTIC_MODES
 VIEW_FACTS = ("processor_count", "processor_cores", "processor_threads_per_core", "memtotal_mb")
 _ABSENT = object()
 
@@ -205,7 +207,10 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
     """Everything slurm.conf and gres.conf take from the compute nodes, in one pass over
     :func:`compute_view`: ``nodes`` (NodeName records), ``cloud`` and ``static`` hosts,
     ``has_gpus``, ``gpu_types``, ``gpus`` (:func:`gpu_facts`), ``gres`` (gres.conf records)
-    and ``job_prolog`` (the hosts whose metalslurm_node says the prolog is installed).
+    and ``job_prolog`` (the hosts whose metalslurm_node says the prolog is installed, and
+    the launch-terminate ones: no configure finds such a node up, and each of its machines
+    is made from nothing and joined through the whole playbook, which installs the prolog
+    before slurmd starts).
 
     The slurm_controller role works it out once a run (tasks/render.yml) and its vars read
     it. Its lazy vars, each reading the nodes' hostvars, were evaluated again every time a
@@ -224,7 +229,9 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
         "gres": gres_records(hosts, view, gpus),
         "job_prolog": [h for h in hosts
                        if isinstance(view[h].get("metalslurm_node"), dict)
-                       and "job_prolog" in view[h]["metalslurm_node"]],
+                       and "job_prolog" in view[h]["metalslurm_node"]
+                       or isinstance(view[h].get("metalslurm_power"), dict)
+                       and view[h]["metalslurm_power"].get("mode") == LAUNCH_TERMINATE],
     }
 
 

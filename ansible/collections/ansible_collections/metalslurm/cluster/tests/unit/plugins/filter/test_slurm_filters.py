@@ -127,6 +127,14 @@ def test_compute_summary_reads_each_node_once_and_gives_what_the_files_take():
                         metalslurm_node_state="cloud"),
         "cpu-001": {"metalslurm_node_options": {"CPUs": 4, "RealMemory": 1000, "Sockets": 1},
                     "metalslurm_node": {"gpus": []}},
+        # Made anew at each resume and joined through the whole playbook: never up in a
+        # configure, always with the prolog once it runs jobs.
+        "gpu-003": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100",
+                        metalslurm_node_state="cloud",
+                        metalslurm_power={"driver": "local", "mode": "launch-terminate"}),
+        "gpu-004": dict(FACTS, metalslurm_gpu_count=8, metalslurm_gpu_type="h100",
+                        metalslurm_node_state="cloud",
+                        metalslurm_power={"driver": "local", "mode": "start-stop"}),
     })
     CountingHostvars.looked_up = 0
     hosts = ["gpu-001", "gpu-002", "cpu-001"]
@@ -138,6 +146,7 @@ def test_compute_summary_reads_each_node_once_and_gives_what_the_files_take():
     assert summary["gpus"] == {"gpu-002": ["cached"]}
     assert summary["gres"] == filters.gres_records(hosts, hostvars, summary["gpus"])
     assert summary["job_prolog"] == ["gpu-001"]
+    assert filters.compute_summary(["gpu-003", "gpu-004"], hostvars)["job_prolog"] == ["gpu-003"]
 
 
 def test_compute_view_keeps_only_the_facts_the_records_need():
