@@ -113,13 +113,15 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
             started = cluster.prepare_elastic_nodes_for_configure()
             if started:
                 say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
+            configured = cluster.running_elastic_nodes()
             result = run_playbook(inventory, out=say if verbose else None,
                                   heartbeat=heartbeat_for(say))
             print_summary(result, out=say)
         rc = result.rc
         if rc == 0:
-            cluster.mark_elastic_nodes_configured()
-            stopped = cluster.power_down_idle_elastic_nodes()
+            cluster.mark_elastic_nodes_configured(configured)
+            idle = cluster.power_down_idle_elastic_nodes()
+            stopped = [n for n in configured if not cluster.running(n)] + idle
             if stopped:
                 say(f"    elastic nodes powered down until Slurm needs them: {', '.join(stopped)}")
         if rc == 0 and verify:

@@ -575,21 +575,23 @@ class LocalCluster:
             self.wait_for_ssh(spec)
         return [s.name for s in todo]
 
-    def mark_elastic_nodes_configured(self) -> None:
-        """After a successful configure: every elastic node that is up has been configured."""
-        for spec in self.specs():
-            if spec.node_state == "cloud" and self.running(spec.name):
-                self._configured_marker(spec.name).touch()
+    def running_elastic_nodes(self) -> list[str]:
+        """The elastic nodes whose machines are up now (before a configure: those it will
+        configure)."""
+        return [s.name for s in self.specs() if s.node_state == "cloud" and self.running(s.name)]
+
+    def mark_elastic_nodes_configured(self, nodes: list[str]) -> None:
+        """After a successful configure: ``nodes``, the elastic nodes that were up for it,
+        have been configured (the playbook may have powered them off since)."""
+        for node in nodes:
+            self._configured_marker(node).touch()
 
     def power_down_idle_elastic_nodes(self) -> list[str]:
-        """Power down the elastic nodes that are up without work after a configure.
-
-        A node Slurm holds powered down (all of them on the first 'up': they ran only to be
-        configured) is stopped here; an idle one that Slurm had powered up is handed to
-        Slurm's own power down (its SuspendProgram stops it); nodes with jobs stay up.
-        """
-        elastic = [s.name for s in self.specs() if s.node_state == "cloud"
-                   and self.running(s.name)]
+        """Hand the elastic nodes that are up and idle after a configure to Slurm's own
+        power down (its SuspendProgram stops them); nodes with jobs stay up. (The playbook's
+        last play has already powered off those Slurm holds powered down, which were up only
+        to be configured: roles/slurm_elastic/tasks/service.yml.)"""
+        elastic = self.running_elastic_nodes()
         if not elastic:
             return []
         ctl = self.container(self.plan.controller)
@@ -598,15 +600,11 @@ class LocalCluster:
              f"--nodes={','.join(elastic)}"], capture_output=True, text=True,
             check=False).stdout
         state_of = dict(line.split(maxsplit=1) for line in states.splitlines() if " " in line)
-        off = [n for n in elastic if state_of.get(n, "idle~").strip().endswith("~")]
         idle = [n for n in elastic if state_of.get(n, "").strip() == "idle"]
-        if off:
-            podman("stop", "-t", "10", *[self.container(n) for n in off],
-                   timeout=180)
         if idle:
             podman("exec", ctl, "scontrol", "update", f"nodename={','.join(idle)}",
                    "state=POWER_DOWN", "reason=metalslurm local up: idle after configure")
-        return off + idle
+        return idle
 
     def remove_nodes_not_in(self, specs: list[NodeSpec]) -> list[str]:
         """Remove this cluster's containers for nodes the config no longer has."""

@@ -549,6 +549,42 @@ def test_reconcile_stops_a_machine_on_while_powered_down_only_after_orphan_after
     assert decisions == [("gpu-001", "wait"), ("gpu-002", "wait"), ("gpu-001", "power_off")]
 
 
+@pytest.mark.parametrize("given", [[], ["--orphan-after", "0"]], ids=["config's", "0"])
+def test_reconcile_in_the_foreground_prints_its_summary_and_takes_orphan_after(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], given: list[str]) -> None:
+    """The playbook powers off the machines it has just configured that Slurm holds powered
+    down with --orphan-after 0; the timer waits the config's orphan_after (600 s here)."""
+    from functools import partial
+
+    from metalslurm_power import cli
+
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN"})
+    driver = RecordingDriver({}, power={"gpu-001": ON})
+    monkeypatch.setattr(actions, "Context", partial(
+        actions.Context, driver_factory=lambda name, params, creds: driver))
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"),
+                          state_file=str(tmp_path / "state.json"))
+    rc = cli.main("reconcile", ["gpu-001", "--config", str(config), "--foreground", *given])
+    assert rc == 0
+    off = ["gpu-001"] if given else []
+    assert json.loads(capsys.readouterr().out) == {
+        "checked": 1, "powered_off": off, "returned": [], "resumed": []}
+    assert driver.power == {"gpu-001": OFF if given else ON}
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan"])
+def test_reconcile_refuses_an_orphan_after_that_is_not_seconds(
+        tmp_path: Path, fake: FakeSlurm, value: str) -> None:
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001"))
+    proc = run_program("reconcile", "gpu-001", config, fake, "--foreground",
+                       "--orphan-after", value)
+    assert proc.returncode == 2
+    assert f"argument --orphan-after: {value!r} is not a number of seconds (0 or more)" \
+        in proc.stderr, proc.stderr
+    assert not (tmp_path / "power.log").exists()
+
+
 def test_reconcile_dry_run(tmp_path: Path, fake: FakeSlurm) -> None:
     fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN"})
     RecordingDriver.batches = []

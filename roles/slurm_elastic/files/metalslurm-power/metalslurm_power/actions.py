@@ -49,6 +49,8 @@ class Context:
         make_driver
     _drivers: dict[str, PowerDriver] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
+    # Given a reconcile's summary (the program in the foreground prints it).
+    summary: Callable[[dict[str, object]], None] | None = None
 
     def driver(self, name: str) -> PowerDriver:
         if name not in self._drivers:
@@ -357,4 +359,7 @@ def reconcile(ctx: Context, nodes: Sequence[str]) -> int:
         return_to_pool(ctx, stuck, "reconcile: stuck powering up or DOWN after a failed resume")
     ctx.log.event("reconcile_summary", phase="reconcile", checked=len(states),
                   orphans=orphans, returned=stuck, resumed=to_resume)
+    if ctx.summary is not None:
+        ctx.summary({"checked": len(states), "powered_off": orphans, "returned": stuck,
+                     "resumed": to_resume})
     return 0

@@ -8,6 +8,7 @@ and returns 0 at once. The worker expands the hostlist and does the work.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -37,6 +38,10 @@ def parser(program: str) -> argparse.ArgumentParser:
     if program == "reconcile":
         p.add_argument("hostlist", nargs="?", default="",
                        help="nodes to check (Slurm hostlist); default: every node in the config")
+        p.add_argument("--orphan-after", type=_seconds, default=None, metavar="SECONDS",
+                       help="stop a machine on while Slurm holds its node powered down after "
+                            "this long, not the config's orphan_after (the playbook: 0 for "
+                            "the machines it has just configured)")
     else:
         p.add_argument("hostlist", nargs="?", default="",
                        help="nodes, as a Slurm hostlist (gpu-[001-004]); empty: nothing to do")
@@ -48,6 +53,16 @@ def parser(program: str) -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true",
                    help="do the work in this process (debugging, systemd timer)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
 
 
 def detach() -> bool:
@@ -93,10 +108,12 @@ def resume_jobs() -> list[dict[str, object]] | None:
             for job in data.get("jobs", []) if isinstance(job, dict)]
 
 
-def work(program: str, config: PowerConfig, log: EventLog, hostlist: str, dry_run: bool) -> int:
+def work(program: str, config: PowerConfig, log: EventLog, hostlist: str, dry_run: bool,
+         summary: Callable[[dict[str, object]], None] | None = None) -> int:
     start = time.monotonic()
     slurm = Slurm(log, config.slurm_bin, dry_run=dry_run)
-    ctx = actions.Context(config=config, log=log, slurm=slurm, dry_run=dry_run)
+    ctx = actions.Context(config=config, log=log, slurm=slurm, dry_run=dry_run,
+                          summary=summary)
     if program == "reconcile" and not hostlist.strip():
         nodes = sorted(config.nodes)
     else:
@@ -122,6 +139,8 @@ def main(program: str, argv: Sequence[str] | None = None) -> int:
         print(f"metalslurm-{program}: {exc}", file=sys.stderr)
         return 2
     dry_run = args.dry_run or config.dry_run
+    if getattr(args, "orphan_after", None) is not None:
+        config = dataclasses.replace(config, orphan_after=args.orphan_after)
     log = EventLog(config.log_file, program, dry_run=dry_run)
     log.event("invoked", phase="program", hostlist=args.hostlist, argv=sys.argv[1:],
               invoked_t=round(invoked, 4), ppid=os.getppid(), jobs=resume_jobs())
@@ -130,8 +149,12 @@ def main(program: str, argv: Sequence[str] | None = None) -> int:
     if not args.foreground:
         redirect_output(str(config.log_file))
         log.event("detached", phase="program", sid=os.getsid(0))
+    # In the foreground (the timer, the playbook) a reconcile's summary is its one line of
+    # output: what it powered off, returned and resumed.
+    summary = None if not args.foreground else (
+        lambda s: print(json.dumps(s, sort_keys=True), flush=True))
     try:
-        rc = work(program, config, log, args.hostlist, dry_run)
+        rc = work(program, config, log, args.hostlist, dry_run, summary)
     except BaseException as exc:
         log.event("crash", phase="program", ok=False, error=f"{type(exc).__name__}: {exc}",
                   traceback=traceback.format_exc())
