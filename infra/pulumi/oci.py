@@ -14,9 +14,7 @@ launched bare-metal instances, so every node keeps its name and a fixed private
 address). Elastic nodes are not launched here: their ``metalslurm_power`` mapping
 holds everything the oci power driver needs to launch them into the same compute
 cluster with the same address (``launch-terminate``), or, with ``elasticMode:
-start-stop``, they are created now, running, so that the first configure reaches them;
-after it, the playbook's last play powers off those Slurm holds powered down, and the
-driver starts and stops them from then on.
+start-stop``, they are created now, stopped, and the driver starts and stops them.
 
 A launched machine lets in the operator's key and the cluster's join key (its login user's
 ``authorized_keys``, through the launch metadata): the controller configures it with the
@@ -233,16 +231,15 @@ class _Launcher:
                 private_ip=private_ip, hostname_label=host),
             compute_cluster_id=cluster_id, metadata={"ssh_authorized_keys": o.ssh_public_key},
             state=state, freeform_tags=self.instance_tags(role, host),
-            # A start-stop node is created running (the first configure reaches it);
-            # afterwards its state is the power driver's: a 'pulumi up --refresh' must
-            # neither start a node Slurm suspended nor stop one it resumed for a job.
+            # A start-stop node is created stopped; afterwards its state is the power
+            # driver's: a 'pulumi up --refresh' must not stop a node Slurm resumed for a job.
             opts=self.child if state is None else pulumi.ResourceOptions.merge(
                 self.child, pulumi.ResourceOptions(ignore_changes=["state"])))
 
     def compute_node(self, spec: NodeSpec, net: _Network,
                      join_public: pulumi.Output[str] | None) -> Any:
         """A compute node: a static one launched into the compute cluster; an elastic one
-        created running (start-stop) or not at all (launch-terminate: the driver launches it
+        created stopped (start-stop) or not at all (launch-terminate: the driver launches it
         at its planned address, letting in ``join_public`` besides the operator's key).
         Returns an elastic node's ``metalslurm_power`` mapping (an Output), None for a
         static node."""
@@ -258,7 +255,7 @@ class _Launcher:
             return None
         if o.elastic_mode == START_STOP:
             inst = self.instance(spec.name, shape, net.private, "compute-elastic", spec.address,
-                                 False, net.compute_cluster.id, state="RUNNING")
+                                 False, net.compute_cluster.id, state="STOPPED")
             return pulumi.Output.all(inst.id).apply(
                 partial(_with_ids, common, ("instance_id",)))
         if join_public is None:

@@ -360,11 +360,10 @@ def test_a_webhook_url_reaches_the_operator_files_only_as_a_secret():
         '{"ops-hook": {"url": "' + hook + '"}}'), cmd.urn
 
 
-def test_oci_start_stop_nodes_are_created_running_and_then_left_to_the_driver(monkeypatch):
-    """A start-stop elastic node is created RUNNING, so the first configure reaches it (the
-    playbook then powers off those Slurm holds powered down); its state is then the power
-    driver's: the instance ignores changes to it, so 'pulumi up --refresh' neither starts a
-    node Slurm suspended nor stops one it resumed. Other instances manage their state."""
+def test_oci_start_stop_nodes_are_created_stopped_and_then_left_to_the_driver(monkeypatch):
+    """A start-stop elastic node is created STOPPED; its state is then the power driver's:
+    the instance ignores changes to it, so 'pulumi up --refresh' (which reads a node Slurm
+    resumed as RUNNING) never stops a node under a job. Other instances manage their state."""
     import pulumi_oci
 
     options: dict[str, pulumi.ResourceOptions | None] = {}
@@ -378,10 +377,10 @@ def test_oci_start_stop_nodes_are_created_running_and_then_left_to_the_driver(mo
     plain, secrets = example("oci")
     plain = {**plain, "metalslurm:oci": {**plain["metalslurm:oci"], "elasticMode": "start-stop"}}
     r = run_program(plain, secrets)
-    elastic = {x.name for x in r.mocks.of_type(INSTANCE) if x.inputs.get("state") == "RUNNING"}
-    assert len(elastic) == plain["metalslurm:computePools"][0]["elasticCount"]
-    assert {n for n, o in options.items() if o is not None and o.ignore_changes} == elastic
-    assert all(o.ignore_changes == ["state"] for n, o in options.items() if n in elastic)
+    stopped = {x.name for x in r.mocks.of_type(INSTANCE) if x.inputs.get("state") == "STOPPED"}
+    assert len(stopped) == plain["metalslurm:computePools"][0]["elasticCount"]
+    assert {n for n, o in options.items() if o is not None and o.ignore_changes} == stopped
+    assert all(o.ignore_changes == ["state"] for n, o in options.items() if n in stopped)
     assert not [x for x in r.mocks.resources if x.name.endswith("-join-key")]
 
 
