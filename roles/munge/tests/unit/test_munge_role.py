@@ -16,19 +16,25 @@ import yaml
 from tests.paths import REPO
 
 
-def run_checks(tmp_path: Path, expect_failure: bool = True, **role_vars: object) -> str:
-    """The role's checks alone on this machine, which is the inventory's controller: their
-    output, whitespace folded (the run must fail, unless ``expect_failure`` is false)."""
-    play = [{"hosts": "localhost", "gather_facts": False,
+def run_checks(tmp_path: Path, expect_failure: bool = True,
+               controller: str = "localhost", **role_vars: object) -> str:
+    """The role's checks alone on this machine, whose controller is ``controller`` (an
+    inventory line; this machine by default): their output, whitespace folded (the run must
+    fail, unless ``expect_failure`` is false)."""
+    play = [{"hosts": "nodes", "gather_facts": False,
              "vars": {"ansible_python_interpreter": sys.executable, **role_vars},
              "tasks": [{"name": "The munge role's checks", "ansible.builtin.include_role": {
                  "name": "munge", "tasks_from": "validate.yml"}}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1"}
-    (tmp_path / "hosts.ini").write_text("[slurm_controller]\nlocalhost\n")
+    # Two nodes on this machine: the controller is asked from the first, once; the other
+    # shows what every other node of the play is told.
+    (tmp_path / "hosts.ini").write_text(
+        "[nodes]\nlocalhost ansible_connection=local\nnode-2 ansible_connection=local\n"
+        f"[slurm_controller]\n{controller}\n")
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i",
-                           str(tmp_path / "hosts.ini"), "-c", "local",
+                           str(tmp_path / "hosts.ini"),
                            str(tmp_path / "play.yml")],
                           capture_output=True, text=True, env=env, check=False, timeout=300)
     assert (proc.returncode != 0) == expect_failure, proc.stdout[-3000:]
@@ -94,3 +100,17 @@ def test_the_same_key_a_package_made_key_or_a_deliberate_rekey_passes(tmp_path: 
     held.unlink()
     run_checks(tmp_path, False, munge_key_b64_file=str(operator), munge_key_path=str(held),
                munge_cluster_file=_serving(tmp_path))
+
+
+def test_a_controller_that_cannot_be_asked_ends_the_run_on_every_host(tmp_path: Path) -> None:
+    """The controller unreachable (nothing listens on its SSH port): the question is asked
+    once, from the first node, and its failure is every node's, so no node goes on to be
+    given a key (the other node never reaches the assert)."""
+    operator, held = _key_files(tmp_path)
+    out = run_checks(tmp_path, controller="ctl ansible_host=127.0.0.1 ansible_port=1 "
+                     "ansible_connection=ssh ansible_ssh_common_args='-o ConnectTimeout=5'",
+                     munge_key_b64_file=str(operator), munge_key_path=str(held),
+                     munge_cluster_file=_serving(tmp_path))
+    assert "fatal: [localhost -> ctl]: UNREACHABLE!" in out, out[-3000:]
+    assert "TASK [munge : Check the inventory names the cluster's munge key" not in out, \
+        out[-3000:]
