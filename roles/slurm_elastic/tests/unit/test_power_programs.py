@@ -569,8 +569,38 @@ def test_reconcile_in_the_foreground_prints_its_summary_and_takes_orphan_after(
     assert rc == 0
     off = ["gpu-001"] if given else []
     assert json.loads(capsys.readouterr().out) == {
-        "checked": 1, "powered_off": off, "returned": [], "resumed": []}
+        "checked": 1, "powered_off": off, "power_off_failed": [], "returned": [],
+        "resumed": []}
     assert driver.power == {"gpu-001": OFF if given else ON}
+
+
+def test_a_power_off_that_fails_is_named_and_fails_the_reconcile(
+        tmp_path: Path, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the machines that went off are powered_off; one left on is named, and the
+    program fails, so the playbook does not report the machines off."""
+    from functools import partial
+
+    from metalslurm_power import cli
+
+    class Failing(RecordingDriver):
+        def power_off(self, nodes: Sequence[str], force: bool = False) -> dict[str, NodeResult]:
+            done = super().power_off([n for n in nodes if n != "gpu-002"], force)
+            self.power["gpu-002"] = ON
+            return {**done, "gpu-002": NodeResult.failed("gpu-002", "BMC timed out")}
+
+    fake.set_nodes({"gpu-001": "IDLE+CLOUD+POWERED_DOWN", "gpu-002": "IDLE+CLOUD+POWERED_DOWN"})
+    driver = Failing({}, power={"gpu-001": ON, "gpu-002": ON})
+    monkeypatch.setattr(actions, "Context", partial(
+        actions.Context, driver_factory=lambda name, params, creds: driver))
+    config = write_config(tmp_path / "power.json", fake, local_nodes("gpu-001", "gpu-002"),
+                          state_file=str(tmp_path / "state.json"))
+    rc = cli.main("reconcile", ["gpu-[001-002]", "--config", str(config), "--foreground",
+                                "--orphan-after", "0"])
+    assert rc == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["powered_off"], summary["power_off_failed"]) == (["gpu-001"], ["gpu-002"])
+    assert driver.power == {"gpu-001": OFF, "gpu-002": ON}
 
 
 @pytest.mark.parametrize("value", ["-1", "soon", "nan"])

@@ -345,21 +345,27 @@ def reconcile(ctx: Context, nodes: Sequence[str]) -> int:
         ctx.log.event("reconcile_decision", node=d.node, phase="reconcile", action=d.action,
                       why=d.why, state=states[d.node].state, power=power[d.node].power)
     orphans = [d.node for d in decisions if d.action == "power_off"]
+    off_failed: list[str] = []
     if orphans:
         # Look again right before switching off: a resume may have started meanwhile.
         fresh = ctx.slurm.show_nodes(orphans)
         orphans = [n for n in orphans if n in fresh and fresh[n].powered_down
                    and not fresh[n].powering_up]
-        call_driver(ctx, "power_off", orphans, force=True)
+        results = call_driver(ctx, "power_off", orphans, force=True)
+        off_failed = [n for n in orphans if not results[n].ok]
     to_resume = [d.node for d in decisions if d.action == "resume"]
     ctx.slurm.update(to_resume, state="RESUME")
     stuck = [d.node for d in decisions if d.action == "return"]
     if stuck:
         call_driver(ctx, "power_off", stuck, force=True)
         return_to_pool(ctx, stuck, "reconcile: stuck powering up or DOWN after a failed resume")
+    powered_off = [n for n in orphans if n not in off_failed]
     ctx.log.event("reconcile_summary", phase="reconcile", checked=len(states),
-                  orphans=orphans, returned=stuck, resumed=to_resume)
+                  orphans=orphans, powered_off=powered_off, power_off_failed=off_failed,
+                  returned=stuck, resumed=to_resume)
     if ctx.summary is not None:
-        ctx.summary({"checked": len(states), "powered_off": orphans, "returned": stuck,
-                     "resumed": to_resume})
-    return 0
+        ctx.summary({"checked": len(states), "powered_off": powered_off,
+                     "power_off_failed": off_failed, "returned": stuck, "resumed": to_resume})
+    # A machine left on is tried again at the next reconcile; the caller is told (the
+    # playbook fails rather than say the machines are off).
+    return 1 if off_failed else 0
