@@ -206,11 +206,11 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
                     cached_gpus: dict | None = None) -> dict[str, Any]:
     """Everything slurm.conf and gres.conf take from the compute nodes, in one pass over
     :func:`compute_view`: ``nodes`` (NodeName records), ``cloud`` and ``static`` hosts,
-    ``has_gpus``, ``gpu_types``, ``gpus`` (:func:`gpu_facts`), ``gres`` (gres.conf records)
-    and ``job_prolog`` (the hosts whose metalslurm_node says the prolog is installed, and
-    the launch-terminate ones: no configure finds such a node up, and each of its machines
-    is made from nothing and joined through the whole playbook, which installs the prolog
-    before slurmd starts).
+    ``has_gpus``, ``gpu_types``, ``gpus`` (:func:`gpu_facts`), ``gres`` (gres.conf records),
+    ``job_prolog`` (the hosts whose metalslurm_node says the prolog is installed) and
+    ``launched`` (the launch-terminate hosts: no configure finds one up, and each of its
+    machines is made from nothing and joined through the whole playbook, which installs the
+    prolog before slurmd starts; counted as having it, never recorded as having installed it).
 
     The slurm_controller role works it out once a run (tasks/render.yml) and its vars read
     it. Its lazy vars, each reading the nodes' hostvars, were evaluated again every time a
@@ -229,9 +229,9 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
         "gres": gres_records(hosts, view, gpus),
         "job_prolog": [h for h in hosts
                        if isinstance(view[h].get("metalslurm_node"), dict)
-                       and "job_prolog" in view[h]["metalslurm_node"]
-                       or isinstance(view[h].get("metalslurm_power"), dict)
-                       and view[h]["metalslurm_power"].get("mode") == LAUNCH_TERMINATE],
+                       and "job_prolog" in view[h]["metalslurm_node"]],
+        "launched": [h for h in hosts if isinstance(view[h].get("metalslurm_power"), dict)
+                     and view[h]["metalslurm_power"].get("mode") == LAUNCH_TERMINATE],
     }
 
 

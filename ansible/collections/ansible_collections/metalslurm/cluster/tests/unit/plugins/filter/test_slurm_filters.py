@@ -146,7 +146,9 @@ def test_compute_summary_reads_each_node_once_and_gives_what_the_files_take():
     assert summary["gpus"] == {"gpu-002": ["cached"]}
     assert summary["gres"] == filters.gres_records(hosts, hostvars, summary["gpus"])
     assert summary["job_prolog"] == ["gpu-001"]
-    assert filters.compute_summary(["gpu-003", "gpu-004"], hostvars)["job_prolog"] == ["gpu-003"]
+    assert summary["launched"] == []
+    made_anew = filters.compute_summary(["gpu-003", "gpu-004"], hostvars)
+    assert (made_anew["job_prolog"], made_anew["launched"]) == ([], ["gpu-003"])
 
 
 def test_compute_view_keeps_only_the_facts_the_records_need():
