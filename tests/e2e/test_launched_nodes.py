@@ -9,8 +9,9 @@ lost and 'up' makes it anew. Last, the elastic node goes back to
 start-stop mode: the controller's join service, kit and secrets' copies are removed.
 
 This module brings up and removes its own small cluster (tests/e2e/stacks/
-Pulumi.e2e-launched.yaml: a controller, gpu-001 static, gpu-002 launch-terminate), from
-the Debian 13 prepared images the other modules use. Each resume's split (machine made,
+Pulumi.e2e-launched.yaml: a controller, a login node, gpu-001 static, gpu-002
+launch-terminate, monitoring on), from the Debian 13 prepared images the other modules use
+(its install settings are theirs, so it builds none). Each resume's split (machine made,
 joined, job started) is appended to .metalslurm/e2e-launched-timings.txt.
 """
 
@@ -146,6 +147,10 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
                           "--wrap=hostname").stdout.strip()
         wait_for("the failed join", lambda: cluster.power_events("join_end", NODE, ok=False),
                  timeout=RESUME_WITHIN)
+        error = cluster.power_events("join_end", NODE, ok=False)[-1]["error"]
+        log = re.search(r"\(see (\S+)\)$", error).group(1)
+        assert "ctl, which serves a Slurm cluster, holds another munge key than" in " ".join(
+            cluster.ctl(f"cat {log}").stdout.split()), error
         wait_for(f"{NODE} back in the pool, its machine gone",
                  lambda: cluster.slurm_state(NODE) == "idle~" and container_id() == "",
                  timeout=120)

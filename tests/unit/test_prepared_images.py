@@ -81,6 +81,15 @@ def test_clusters_that_differ_only_outside_the_install_settings_share_images():
     assert refs(other) == refs(raw)
 
 
+def test_the_launched_nodes_module_uses_the_debian13_clusters_images():
+    """tests/e2e's clusters on Debian 13 share one builder, so the suite builds their
+    prepared images once (the launched module's cluster builds none of its own)."""
+    stacks = REPO / "tests" / "e2e" / "stacks"
+    builders = [builder_config(yaml.safe_load((stacks / f"Pulumi.e2e-{name}.yaml").read_text())[
+        "config"], stacks) for name in ("debian13", "launched")]
+    assert builders[0] == builders[1]
+
+
 @pytest.mark.parametrize("change", [
     {"metalslurm:os": "debian12"},
     {"metalslurm:monitoring": {"enabled": False}},

@@ -13,8 +13,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 
 import pytest
+from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring import (
+    monitoring_settings,
+)
 
 PORTS = {"prometheus": 9090, "alertmanager": 9093, "node_exporter": 9100, "slurm_exporter": 9341}
 PASSWORD_FILE = "/etc/prometheus/metalslurm-web.password"
@@ -118,18 +122,26 @@ def test_the_slurm_exporter_answers_and_reaches_slurm(controller, cluster):
 
 def test_prometheus_has_every_expected_target_up(monitoring_host, cluster):
     name, host = monitoring_host
-    status, body = http_get(host, f"http://{_address(cluster, name)}:{PORTS['prometheus']}"
-                                  "/api/v1/targets?state=active", PASSWORD_FILE)
-    assert status == 200
-    targets = json.loads(body)["data"]["activeTargets"]
-    health = {(t["labels"]["job"], t["labels"].get("node", "")): t["health"] for t in targets}
+    url = f"http://{_address(cluster, name)}:{PORTS['prometheus']}/api/v1/targets?state=active"
     expected = {("prometheus", name), ("alertmanager", name), ("slurm", cluster.controller)}
     expected |= {("node", h) for h in cluster.hostvars if h not in cluster.powered_down
                  and set(cluster.groups_of(h)) & {"slurm_controller", "slurmdbd", "nfs_server",
                                                   "slurm_compute", "login"}}
-    # A target scraped for the first time a moment ago is "unknown" until its first scrape.
-    down = {t: h for t, h in health.items() if t in expected and h != "up"}
-    assert down == {}
+    # A target Prometheus found a moment ago (right after a configure) is "unknown" until
+    # its first scrape: asked again until none is, for at most one scrape interval and a
+    # margin. A target that is "down" fails at once.
+    deadline = time.monotonic() + monitoring_settings(_settings(cluster))["scrape_interval"] + 15
+    while True:
+        status, body = http_get(host, url, PASSWORD_FILE)
+        assert status == 200
+        targets = json.loads(body)["data"]["activeTargets"]
+        health = {(t["labels"]["job"], t["labels"].get("node", "")): t["health"]
+                  for t in targets}
+        not_up = {t: h for t, h in health.items() if t in expected and h != "up"}
+        if "unknown" not in not_up.values() or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert not_up == {}
     assert expected <= set(health)
 
 
