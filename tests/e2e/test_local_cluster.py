@@ -100,6 +100,21 @@ def test_up_provisions_configures_and_verifies(up):
     assert cluster_containers(CLUSTER) == [f"{CLUSTER}-{n}" for n in NODES]
 
 
+def test_the_first_configure_powers_off_the_elastic_machines_it_configured(up):
+    """The two elastic nodes' machines ran only to be configured: the playbook's last play
+    powers them off through the reconciler (--orphan-after 0, the nodes it configured), and
+    'up' says so."""
+    invoked = [e for e in up.power_events("invoked") if "--orphan-after" in e.get("argv", [])]
+    assert invoked, "the playbook never ran the reconciler"
+    assert invoked[0]["argv"] == ["--foreground", "--orphan-after", "0", "gpu-[003-004]"]
+    [summary] = [e for e in up.power_events("reconcile_summary")
+                 if e["run"] == invoked[0]["run"]]
+    assert (summary["powered_off"], summary["power_off_failed"]) == (
+        ["gpu-003", "gpu-004"], [])
+    assert "elastic nodes powered down until Slurm needs them: gpu-003, gpu-004" in (
+        up.up.stdout)
+
+
 def test_a_fresh_clusters_first_run_warns_of_nothing_and_says_each_note_once(up):
     """What a newcomer sees on a first 'make up': no warning at all (homes, keys and
     credentials are written without Ansible's access warnings), and each NOTE once, the nodes
