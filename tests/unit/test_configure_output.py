@@ -91,6 +91,22 @@ def test_configure_prints_the_nccl_tests_note_once_for_four_nodes(monkeypatch, i
         "(/usr/local/cuda/bin/nvcc, /usr/include/nccl.h). Install the CUDA toolkit"]
 
 
+def test_a_runtime_group_a_limited_run_leaves_empty_is_no_warning(monkeypatch, inventory):
+    """--limit slurm_controller leaves metalslurm_powered_down empty; Ansible's warning about
+    it says nothing about the cluster. Another warning is still said, once."""
+    task = "Ask the controller whether the inventory's munge key would replace the one it holds"
+    event = on_host("runner_on_ok", 1, task, "ctl")
+    event["event_data"]["res"]["warnings"] = [
+        "Could not match supplied host pattern, ignoring: metalslurm_powered_down",
+        "Could not match supplied host pattern, ignoring: gpu_typo"]
+    fake_runner(monkeypatch, [task_start(1, task), event])
+    lines: list[str] = []
+    result = run_playbook(inventory, out=lines.append)
+    assert result.warnings == ["Could not match supplied host pattern, ignoring: gpu_typo"]
+    assert [line for line in lines if line.startswith("WARNING")] == [
+        "WARNING: Could not match supplied host pattern, ignoring: gpu_typo"]
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
