@@ -122,9 +122,10 @@ def test_the_usage_report_counts_the_gpu_seconds_of_known_jobs(cluster):
             for r in csv.DictReader(io.StringIO(proc.stdout))}
     alice = rows[("user", "team-a", "alice")]
     bob = rows[("user", "team-b", "bob")]
-    # 2 nodes x 8 GPUs x 30 s, and 1 GPU x 20 s; Slurm's elapsed time may be 0-3 s longer.
+    # 2 nodes x 8 GPUs x 30 s, and 1 GPU x 20 s; Slurm's elapsed time is a few seconds longer
+    # (the job's prolog and step launch: 4 s on two nodes on a loaded machine, 2026-12-01).
     assert (alice["gpu_type"], alice["jobs"]) == ("h100", "1")
-    big_gpus, big_seconds, small_gpus, small_seconds, slack = 16, 30, 1, 20, 3
+    big_gpus, big_seconds, small_gpus, small_seconds, slack = 16, 30, 1, 20, 6
     assert big_gpus * big_seconds <= int(alice["gpu_seconds"]) <= \
         big_gpus * (big_seconds + slack), alice
     assert small_gpus * small_seconds <= int(bob["gpu_seconds"]) <= \
