@@ -38,7 +38,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    LAUNCH_TERMINATE,
+    START_STOP,
+)
 
 # The calls LocalPodmanDriver makes (roles/slurm_elastic/.../drivers/local.py).
 _CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json|start|stop)"
@@ -46,7 +49,6 @@ _CALL = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)/(?P<verb>json
 _VERBS = {"json": "GET", "start": "POST", "stop": "POST"}
 _CREATE = re.compile(r"^/v[0-9.]+/libpod/containers/create\?name=(?P<name>[^/&]+)$")
 _REMOVE = re.compile(r"^/v[0-9.]+/libpod/containers/(?P<name>[^/?]+)\?force=true$")
-START_STOP, LAUNCH_TERMINATE = ELASTIC_MODES
 MAX_BODY = 1 << 16
 API = "/v4.0.0/libpod"
 

@@ -31,11 +31,15 @@ from typing import Any
 
 import pulumi
 import pulumi_random as random
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    LAUNCH_TERMINATE,
+    START_STOP,
+)
 
 from infra.pulumi.machines import ClusterArgs, Machines
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import NodeSpec, login_specs
-from infra.stack.join_kit import LAUNCH_TERMINATE, START_STOP, ed25519_key_pair
+from infra.stack.join_kit import ed25519_key_pair
 from infra.stack.oci import OciSettings
 from infra.stack.schema import ConfigError, key
 

@@ -39,8 +39,8 @@ from typing import Any
 
 import yaml
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
-    ELASTIC_MODES,
     JOIN_DIR,
+    LAUNCH_TERMINATE,
 )
 
 # The secrets a compute node's roles read (munge, enroot_pyxis); the join inventory names
@@ -55,7 +55,6 @@ _OWN = {("ansible", "builtin"), ("ansible", "legacy"), ("metalslurm", "cluster")
 # How the node's login user becomes root: kept from the operator's inventory (the join key
 # is in that user's authorized_keys, as the provider put the operator's key there).
 _LOGIN_VARS = ("ansible_user", "ansible_become", "ansible_become_method", "ansible_become_user")
-START_STOP, LAUNCH_TERMINATE = ELASTIC_MODES
 
 
 def join_inventory(inventory: Mapping[str, Any], controller: str) -> dict[str, Any]:

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import (
+    ELASTIC_MODES,
+    START_STOP,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     LOCAL_OS_IDS,
 )
@@ -35,7 +38,7 @@ class LocalSettings:
     prepared_images: bool = True
     # How the power driver powers elastic nodes: their containers kept and started and
     # stopped, or made anew from the prepared image on resume and removed on suspend.
-    elastic_mode: str = ELASTIC_MODES[0]
+    elastic_mode: str = START_STOP
 
 
 def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
@@ -55,7 +58,7 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
                   f"use one of {', '.join(LOCAL_OS_IDS)} (Ubuntu runs with the byo "
                   "and oci providers)")
     prepared = c.boolean(item, "preparedImages", f"{where}.preparedImages", True)
-    mode = c.string(item, "elasticMode", f"{where}.elasticMode", default=ELASTIC_MODES[0],
+    mode = c.string(item, "elasticMode", f"{where}.elasticMode", default=START_STOP,
                     choices=ELASTIC_MODES)
     if mode == "launch-terminate" and prepared is False:
         # A machine made anew is configured by the join within ResumeTimeout: from the bare
@@ -64,4 +67,4 @@ def parse_local(c: Collector, raw: Mapping[str, Any], provider: str | None,
                   "launch-terminate makes each elastic node's machine from the prepared compute "
                   f"image: set {where}.preparedImages to true, or elasticMode to start-stop")
     return LocalSettings(image_source=image_source or "auto", mirror=mirror,
-                         prepared_images=prepared, elastic_mode=mode or ELASTIC_MODES[0])
+                         prepared_images=prepared, elastic_mode=mode or START_STOP)

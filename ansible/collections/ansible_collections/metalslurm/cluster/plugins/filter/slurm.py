@@ -12,7 +12,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     slurm_versions,
     slurmconf,
 )
-from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import ELASTIC_MODES
+from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import LAUNCH_TERMINATE
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
     filter_errors,
     host_view,
@@ -25,7 +25,6 @@ slurm_errors = filter_errors(slurmconf.SlurmConfError)
 # once per node, so that the slurm_controller role reads each node's variables once a run.
 VIEW_VARS = ("metalslurm_node_options", "metalslurm_gpu_count", "metalslurm_gpu_type",
              "metalslurm_node_state", "metalslurm_node", "metalslurm_power")
-LAUNCH_TERMINATE = ELASTIC_MODES[1]
 VIEW_FACTS = ("processor_count", "processor_cores", "processor_threads_per_core", "memtotal_mb")
 _ABSENT = object()
 

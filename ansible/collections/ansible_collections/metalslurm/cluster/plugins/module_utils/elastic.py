@@ -25,7 +25,8 @@ from typing import Any
 # How a provider powers an elastic node: start and stop one machine that is kept, or make
 # a machine anew on resume and destroy it on suspend (the stack's elasticMode; the power
 # drivers' ``mode``).
-ELASTIC_MODES = ("start-stop", "launch-terminate")
+START_STOP, LAUNCH_TERMINATE = "start-stop", "launch-terminate"
+ELASTIC_MODES = (START_STOP, LAUNCH_TERMINATE)
 # Where the controller keeps what it configures a machine made anew with (the join kit,
 # infra/stack/join_kit.py; the slurm_elastic role's join tasks and metalslurm-join).
 JOIN_DIR = "/var/lib/metalslurm/join"
