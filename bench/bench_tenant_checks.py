@@ -28,16 +28,21 @@ TASKS = (
     "Write who may log in to this service host (root, Ansible's user, the admin group)",
     "Write the line a refused user sees",
     "Put the admins-only rule in sshd's account stack",
-    # One step with the pam_systemd check slurm_pam_adopt had before the tenant protections.
-    "Find the pam_slurm_adopt module, and pam_systemd in the session stacks sshd includes",
-    "Fail before sshd's stack names a pam_slurm_adopt that is not there",
+    # slurm_pam_adopt's one read of a converged node (its access file, sshd's block, the
+    # module's paths, the session stacks); with the pam_systemd check it had before the
+    # tenant protections. Its write tasks run only where something differs.
+    "Read the access file, sshd's and the session's PAM stacks and the module's paths in one "
+    "step",
     "Write each user's keys into their authorized_keys",
     "Remove the managed keys of the users removed from the config",
     "Write the registry credentials into each cluster user's Enroot credentials file",
     "Report the credentials files refused (a link or other unsafe entry in a home)",
     "Write job_container.conf (each job's private /tmp and /dev/shm)",
-    "Create the base directory of the jobs' private /tmp and /dev/shm",
-    "Install the program slurmd's unit runs first (mount namespace IDs, for the job containers)",
+    # slurm_compute's one read of a converged node covers the jobs' /tmp base directory
+    # and the namespace-ID program with its other files (an upper bound, as above); its write
+    # tasks run only where something differs.
+    "Read slurmd's settings, its drop-in, the program it runs first and the registration mark "
+    "in one step",
 )
 
 

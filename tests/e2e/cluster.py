@@ -172,6 +172,11 @@ FAST_PATH_WRITES = (
     "Compile spank_pyxis.so against the installed Slurm headers",
     # monitoring
     "Write Prometheus' configuration",
+    # slurm_controller, slurm_compute, slurm_pam_adopt, slurm_login
+    "Write slurm.conf",
+    "Point slurmd at the controller for its configuration",
+    "Write who may log in without a job (root, Ansible's user, the admin group)",
+    "Point sackd at slurmctld (before the package starts it)",
 )
 IMAGE = "/shared/images/e2e.sqsh"
 MARKER = "metalslurm e2e image"

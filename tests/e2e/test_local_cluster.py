@@ -382,6 +382,33 @@ def test_configure_repairs_a_broken_compute_node(up):
     assert sinfo.stdout.split("\n")[:2] == ["gpu-001 idle", "gpu-002 idle"]
 
 
+def test_what_the_slurm_roles_find_changed_by_hand_is_repaired_on_that_node_alone(up):
+    """slurm_controller, slurm_pam_adopt and slurm_login read a converged node once and
+    include their write tasks only where something differs (slurm_compute's repair is the
+    test above): each change below is put back by the next run, and nothing else runs."""
+    up.ctl("echo '# changed by hand' >> /etc/slurm/slurm.conf && chmod 0600 /etc/slurm/mpi.conf")
+    up.on("gpu-001", "sed -i '/BEGIN metalslurm: pam_access/,/END metalslurm: pam_access/d' "
+                     "/etc/pam.d/sshd")
+    result = run_playbook(up.inventory, out=lambda _line: None)
+    assert result.ok, result.failures
+    assert changed_by_host(result) == {
+        "ctl": ["Write slurm.conf", "Write mpi.conf (the PMIx plugin's settings)",
+                "Reconfigure Slurm"],
+        "gpu-001": ["Put pam_access and pam_slurm_adopt in sshd's account stack"]}
+    assert "by hand" not in up.ctl("cat /etc/slurm/slurm.conf").stdout
+    assert up.ctl("stat -c %a /etc/slurm/mpi.conf").stdout.strip() == "644"
+    assert up.on("gpu-001", "grep -c '^account *required *pam_slurm_adopt.so' "
+                            "/etc/pam.d/sshd").stdout.strip() == "1"
+    # sackd's copy on the login node, stale (as after a slurmctld restart forgot the node).
+    up.on("login-001", "echo '# stale' >> /run/slurm/conf/slurm.conf")
+    again = run_playbook(up.inventory, out=lambda _line: None)
+    assert again.ok, again.failures
+    assert again.changed_tasks == [("login-001", "Have sackd fetch the configuration again "
+                                                 "where its copy is older than the controller's")]
+    assert up.on("login-001", "sha1sum < /run/slurm/conf/slurm.conf").stdout == \
+        up.ctl("sha1sum < /etc/slurm/slurm.conf").stdout
+
+
 def test_plain_pytest_runs_the_verify_suite_on_the_inventory(up):
     """The documented plain-tools command, after the repair above: the repaired node is
     whole, and so are the cluster-wide checks (the whole suite ran on every node at 'up').
