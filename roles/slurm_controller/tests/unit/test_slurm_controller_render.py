@@ -114,8 +114,13 @@ def by_hand(tmp_path_factory) -> Path:
     tables of the collection fill them)."""
     out = tmp_path_factory.mktemp("by-hand")
     (out / "24.11").mkdir()
-    (out / "24.11/compute-gpus.json").write_text(json.dumps(
-        {"gpu-001": GPU_FACTS, "gpu-003": GPU_FACTS, "gpu-099": GPU_FACTS}))
+    # Nodes that left the inventory make the record larger than managed_state reads (a
+    # large cluster's record): it is read whole all the same.
+    gone = 1 + (1 << 20) // len(json.dumps(GPU_FACTS))
+    record = {"gpu-001": GPU_FACTS, "gpu-003": GPU_FACTS, "gpu-099": GPU_FACTS,
+              **{f"gone-{i:04d}": GPU_FACTS for i in range(gone)}}
+    (out / "24.11/compute-gpus.json").write_text(json.dumps(record))
+    assert (out / "24.11/compute-gpus.json").stat().st_size > 1 << 20
     proc = run_render(out, ("24.11",), {"metalslurm_provider": "byo", "metalslurm_elastic": {},
                                         "metalslurm_health": {}})
     assert proc.returncode == 0, proc.stdout[-4000:]

@@ -35,7 +35,9 @@ options:
     elements: str
     default: []
   read:
-    description: Files whose text is returned too (up to 1 MiB each).
+    description:
+      - Files whose text is returned too, up to 1 MiB each; a longer one fails the module
+        (its text is never cut short: a role reads such a file another way).
     type: list
     elements: str
     default: []
@@ -142,12 +144,23 @@ def getent_table(database: str, run: Any = subprocess.run) -> dict[str, list[str
     return table
 
 
+class TooLongError(ValueError):
+    """A file in ``read`` longer than READ_LIMIT."""
+
+
 def read_text(path: str) -> str | None:
+    """The file's text (None: it cannot be read, as a missing file); longer than READ_LIMIT
+    raises TooLongError, never a text cut short (a JSON record would no longer parse, or
+    parse as something else)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(READ_LIMIT).decode("utf-8", errors="replace")
+            data = handle.read(READ_LIMIT + 1)
     except OSError:
         return None
+    if len(data) > READ_LIMIT:
+        raise TooLongError(f"{path} is longer than the {READ_LIMIT} bytes managed_state reads: "
+                           "read it another way (ansible.builtin.slurp)")
+    return data.decode("utf-8", errors="replace")
 
 
 def main() -> None:
@@ -162,7 +175,10 @@ def main() -> None:
         supports_check_mode=True)
     contents = {}
     for path in module.params["read"]:
-        text = read_text(path)
+        try:
+            text = read_text(path)
+        except TooLongError as err:
+            module.fail_json(msg=str(err))
         if text is not None:
             contents[path] = text
     facts = {}

@@ -93,3 +93,15 @@ def test_a_latin_1_comment_is_read_and_shadows_hashes_are_left_out():
 
 def test_the_real_getent_of_this_machine_has_root():
     assert managed_state.getent_table("passwd")["root"][1] == "0"
+
+
+def test_a_file_longer_than_the_read_limit_is_refused_never_cut_short(tmp_path):
+    """A JSON record cut at the limit would no longer parse (a large cluster's GPU facts):
+    the text of a file at the limit comes back whole, one byte more fails, naming the path."""
+    at_limit = tmp_path / "at-limit.json"
+    at_limit.write_bytes(b"[" + b" " * (managed_state.READ_LIMIT - 2) + b"]")
+    assert len(managed_state.read_text(str(at_limit))) == managed_state.READ_LIMIT
+    over = tmp_path / "over.json"
+    over.write_bytes(b"[" + b" " * (managed_state.READ_LIMIT - 1) + b"]")
+    with pytest.raises(managed_state.TooLongError, match=f"^{over} is longer than the "):
+        managed_state.read_text(str(over))
