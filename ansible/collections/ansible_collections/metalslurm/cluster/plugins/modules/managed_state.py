@@ -36,8 +36,8 @@ options:
     default: []
   read:
     description:
-      - Files whose text is returned too, up to 1 MiB each; a longer one fails the module
-        (its text is never cut short: a role reads such a file another way).
+      - "Files whose text is returned too, up to 1 MiB each; a longer one fails the module
+        (its text is never cut short: a role reads such a file another way)."
     type: list
     elements: str
     default: []
