@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 import testinfra
 import yaml
 
@@ -17,6 +20,15 @@ from infra.ops.configure import ANSIBLE_DIR
 INVENTORY = {"all": {"vars": {"ansible_user": "root", "ansible_ssh_common_args":
                               "-o UserKnownHostsFile=/nonexistent/known_hosts"},
                      "hosts": {"gpu-001": {"ansible_host": "192.0.2.11"}}}}
+
+
+@pytest.fixture
+def short_tmp():
+    """A directory whose sockets' paths fit (pytest's own tmp_path under xdist is too
+    deep: it would test the fallback)."""
+    path = Path(tempfile.mkdtemp(prefix="msv-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def ssh_command(tmp_path: Path, config: Path, monkeypatch) -> str:
@@ -32,12 +44,12 @@ def ssh_command(tmp_path: Path, config: Path, monkeypatch) -> str:
     return " ".join(cmd) % tuple(args)
 
 
-def test_testinfra_shares_a_connection_through_the_written_config(tmp_path, monkeypatch):
-    sockets = tmp_path / "cp"
-    config = verify.shared_connections_config(tmp_path, sockets)
-    assert config == tmp_path / "ansible.cfg"
+def test_testinfra_shares_a_connection_through_the_written_config(short_tmp, monkeypatch):
+    sockets = short_tmp / "cp"
+    config = verify.shared_connections_config(short_tmp, sockets)
+    assert config == short_tmp / "ansible.cfg"
     assert sockets.stat().st_mode & 0o777 == 0o700
-    command = ssh_command(tmp_path, config, monkeypatch)
+    command = ssh_command(short_tmp, config, monkeypatch)
     assert f"-o ControlPath={sockets}/%C" in command, command
     assert "-o ControlMaster=auto" in command
 
@@ -48,8 +60,8 @@ def test_the_project_config_alone_gives_testinfra_no_control_path(tmp_path, monk
     assert "ControlMaster=auto" in command and "ControlPath" not in command, command
 
 
-def test_the_written_config_keeps_every_other_setting_of_the_projects(tmp_path):
-    config = verify.shared_connections_config(tmp_path, tmp_path / "cp")
+def test_the_written_config_keeps_every_other_setting_of_the_projects(short_tmp):
+    config = verify.shared_connections_config(short_tmp, short_tmp / "cp")
     written, project = (configparser.ConfigParser(interpolation=None) for _ in range(2))
     written.read(config)
     project.read(ANSIBLE_DIR / "ansible.cfg")
