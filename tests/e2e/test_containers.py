@@ -36,7 +36,7 @@ NODES = "gpu-[001-002]"
 
 @pytest.fixture(scope="module")
 def image(debian13: LocalStack) -> str:
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     out = debian13.on("gpu-001", BUILD_IMAGE).stdout
     assert IMAGE in out
     debian13.on("ctl", f"printf '%s' {quoted(PROBE)} > /shared/probe.sh "

@@ -65,7 +65,7 @@ FACTS_CACHE = "/var/lib/metalslurm/compute-gpus.json"
 
 @pytest.fixture(scope="module")
 def standin(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     shared = debian13.state / "shared" / "shared" / "e2e-nvidia"
     repo = nvidia_standins.build(shared)
     for node, fixture in LSPCI.items():

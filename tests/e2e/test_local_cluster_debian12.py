@@ -27,6 +27,7 @@ from tests.e2e.cluster import (
     MARKER,
     PROBE,
     REPO,
+    LocalStack,
     cluster_containers,
     e2e_stack,
     metalslurm,
@@ -46,6 +47,9 @@ NODES = ["ctl", "gpu-001", "gpu-002", "login-001"]
 NO_KEY_FILE = {"munge_key_b64_file": ""}
 # The login node: the submit host, and the REST host.
 LOGIN = "login-001"
+# Commands on the nodes (LocalStack.on: over one SSH connection per node).
+CLUSTER_NODES = LocalStack(STACK, CLUSTER, STATE.name,
+                           subprocess.CompletedProcess(["local", "up"], 0, "", ""))
 REST_URL = "http://10.78.12.253:6820"
 
 
@@ -84,9 +88,7 @@ def node_key_hashes() -> dict[str, str]:
 
 
 def node_sh(node: str, command: str) -> str:
-    proc = metalslurm("local", "exec", "--stack", str(STACK), node, "--", "sh", "-c", command)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
+    return CLUSTER_NODES.on(node, command).stdout.strip()
 
 
 def test_configure_succeeds(configured):

@@ -21,7 +21,7 @@ CONF = "/run/slurm/conf/slurm.conf"
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     assert debian13.submit_host == LOGIN
     return debian13
 

@@ -66,7 +66,7 @@ def verify_network(cluster) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     saved = {}
     for node in NODES:
         had = debian13.on(node, "dpkg-query -W -f '${Status}' nftables 2>/dev/null",

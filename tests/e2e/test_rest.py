@@ -31,7 +31,7 @@ API = "v0.0.42"  # Slurm 24.11's newest (module_utils/rest.py)
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     return debian13
 
 

@@ -29,7 +29,7 @@ JOB_TMP_BASE = "/var/lib/slurm/jobtmp"
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     return debian13
 
 

@@ -25,7 +25,7 @@ OWN_LINE = "# alice own line, outside the managed block"
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
-    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    debian13.ready_for_configures()
     return debian13
 
 
