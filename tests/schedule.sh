@@ -29,7 +29,7 @@ logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_accounting.py tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py
-        tests/e2e/test_health.py tests/e2e/test_training.py tests/e2e/test_launched_nodes.py)
+        tests/e2e/test_training.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt
