@@ -21,17 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench.bench_configure_scale import host_busy_seconds
 from infra.ops.configure import ANSIBLE_DIR, venv_on_path
 from infra.ops.verify import VERIFY_DIR, run_verify
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def busy_seconds() -> float:
-    with open("/proc/stat") as stat:
-        fields = [int(f) for f in stat.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def plain(inventory: Path) -> int:
@@ -56,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, list[tuple[float, float]]] = {"plain": [], "shared": []}
     for n in range(1, args.reruns + 1):
         for way, run in (("plain", plain), ("shared", shared)):
-            start, cpu = time.monotonic(), busy_seconds()
+            start, cpu = time.monotonic(), host_busy_seconds()
             rc = run(args.inventory.resolve())
-            wall, busy = time.monotonic() - start, busy_seconds() - cpu
+            wall, busy = time.monotonic() - start, host_busy_seconds() - cpu
             if rc != 0:
                 print(f"run {n} ({way}) failed with exit code {rc}")
                 return 1

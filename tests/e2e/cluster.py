@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from infra.ops.verify import close_shared_connections
 from infra.ops.wheelhouse import fill_wheelhouse
 from infra.stack.state import StateDir
 
@@ -308,9 +309,7 @@ def _ssh_sockets() -> Path:
 
 def _close_ssh_masters() -> None:
     for directory in _SSH_SOCKETS:
-        for socket in directory.glob("*"):
-            subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "e2e"],
-                           capture_output=True, check=False, timeout=30)
+        close_shared_connections(directory)
         shutil.rmtree(directory, ignore_errors=True)
 
 
