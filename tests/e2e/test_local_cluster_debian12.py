@@ -265,8 +265,7 @@ def test_moving_prometheus_and_turning_monitoring_off_stop_what_no_longer_runs(c
     there and stops and disables Prometheus and Alertmanager on the controller (two would
     send every alert twice). Monitoring turned off: every node's node_exporter, the Slurm
     exporter and Prometheus are stopped and disabled, slurm.conf loses the GPU prolog, and a
-    second run changes nothing. Turned back on: all of it runs on the controller again, and
-    gpu-001's Prometheus stays stopped."""
+    second run changes nothing. (The scaling-down test's configure turns it back on.)"""
     inventory = yaml.safe_load(INVENTORY.read_text())
     monitoring = inventory["all"]["vars"]["metalslurm_monitoring"]
     password_file = inventory["all"]["vars"]["monitoring_password_file"]
@@ -301,19 +300,13 @@ def test_moving_prometheus_and_turning_monitoring_off_stop_what_no_longer_runs(c
     assert again.ok, again.failures
     assert again.changed_tasks == []
 
-    back = run_playbook(INVENTORY, out=lambda _line: None)
-    assert back.ok, back.failures
-    assert _units("ctl", prometheus + exporters + ["metalslurm-slurm-exporter"]) == \
-        ["active enabled"] * 4
-    assert _units("gpu-002", exporters) == ["active enabled"]
-    assert _units("gpu-001", prometheus) == ["inactive disabled"] * 2
-    assert node_sh("ctl", "grep -E '^Prolog=' /etc/slurm/slurm.conf") == \
-        "Prolog=/usr/local/sbin/metalslurm-prolog"
-
 
 def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path):
     """A pool shrunk in the stack config: 'up' removes the extra container and the next
-    configure restarts Slurm with the shorter node list."""
+    configure restarts Slurm with the shorter node list. That configure is also the one
+    after the test above turned monitoring off (it runs with the stack's settings): all of
+    it runs on the controller again, gpu-001's Prometheus stays stopped and its
+    node_exporter runs again, and slurm.conf names the GPU prolog again."""
     doc = yaml.safe_load(STACK.read_text())
     doc["config"]["metalslurm:computePools"][0]["count"] = 1
     # gpu-002's leaf goes with it (a leaf naming a node the cluster lacks is refused).
@@ -333,6 +326,14 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     for node in ("ctl", LOGIN):
         assert node_sh(node, "sinfo --noheader --Node --format='%N %T' | sort -u") == \
             "gpu-001 idle"
+    prometheus = ["prometheus", "prometheus-alertmanager"]
+    exporters = ["prometheus-node-exporter"]
+    assert _units("ctl", prometheus + exporters + ["metalslurm-slurm-exporter"]) == \
+        ["active enabled"] * 4
+    assert _units("gpu-001", exporters + prometheus) == ["active enabled"] + \
+        ["inactive disabled"] * 2
+    assert node_sh("ctl", "grep -E '^Prolog=' /etc/slurm/slurm.conf") == \
+        "Prolog=/usr/local/sbin/metalslurm-prolog"
 
 
 def test_down_removes_everything(configured):
