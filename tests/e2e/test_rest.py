@@ -178,6 +178,9 @@ def _answers(cluster) -> bool:
 def test_turning_the_api_off_and_on_again(cluster):
     """Off: slurmrestd stopped and disabled, slurmctld without auth/jwt, the key gone from
     the controller, 'scontrol token' refused. On again: all back, a token works."""
+    # The jobs of the tests above may have resumed an elastic node: one that powers down in
+    # the middle of a run is unreachable for the rest of it.
+    cluster.wait_for_elastic_nodes_down()
     off = run_playbook(cluster.inventory, out=lambda _line: None,
                        extra_vars={"metalslurm_rest": {"enabled": False}})
     assert off.ok, off.failures
