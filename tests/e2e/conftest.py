@@ -8,13 +8,15 @@ settings in place, so modules run in any order, and in either lane unless they n
 a's addresses. The Debian 12 module brings up its own small cluster. This file holds the
 fixtures and hooks only: what the modules share is in tests/e2e/cluster.py (evidence of a
 failure in tests/e2e/evidence.py); no test module imports another, nor this file. Each
-module's wall time, and the CPU-seconds the machine was busy meanwhile, are printed at the
+module's wall time, the CPU-seconds the machine was busy meanwhile, and those of the module's
+own run on the host (pytest and the programs it ran and waited for) are printed at the
 end of the run.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -44,6 +46,10 @@ _MODULE_SECONDS: dict[str, float] = defaultdict(float)
 # teardown): with the wall time it says how much of a module is waiting (on Slurm's timers,
 # jobs, alerts) and how much is work, which is what the schedule of the runs rests on.
 _MODULE_BUSY: dict[str, float] = defaultdict(float)
+# CPU-seconds this pytest process and the programs it ran and waited for (Ansible and its
+# forks, ssh, podman's CLI, metalslurm) spent while each module ran: the host's share of a
+# module's own cost, whatever runs beside it. Its node containers' share is not in it.
+_MODULE_OWN: dict[str, float] = defaultdict(float)
 _SHARED: dict[str, float] = {}
 # Where the failed tests' evidence went.
 _EVIDENCE_DIRS: list[Path] = []
@@ -77,11 +83,19 @@ def _machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_seconds() -> float:
+    """CPU-seconds of this process and of its children it has waited for."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = _machine_busy_seconds()
+    before, own = _machine_busy_seconds(), _own_seconds()
     yield
-    _MODULE_BUSY[item.nodeid.split("::", 1)[0]] += _machine_busy_seconds() - before
+    module = item.nodeid.split("::", 1)[0]
+    _MODULE_BUSY[module] += _machine_busy_seconds() - before
+    _MODULE_OWN[module] += _own_seconds() - own
 
 
 def pytest_runtest_logreport(report):
@@ -95,14 +109,16 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(str(path))
     if not _MODULE_SECONDS:
         return
-    terminalreporter.section("e2e durations per module (setup + tests + teardown), and the "
-                             "machine's busy CPU-seconds meanwhile")
+    terminalreporter.section("e2e durations per module (setup + tests + teardown), the "
+                             "machine's busy CPU-seconds meanwhile, and the host's CPU-seconds "
+                             "of the module's own run (pytest and the programs it ran)")
     cores = os.cpu_count() or 1
     for module, seconds in sorted(_MODULE_SECONDS.items()):
         busy = _MODULE_BUSY.get(module, 0.0)
         share = busy / (seconds * cores) if seconds else 0.0
         terminalreporter.write_line(f"{seconds:8.1f} s  {busy:8.1f} CPU-s ({share:4.0%} of "
-                                    f"{cores} cores)  {module}")
+                                    f"{cores} cores), its own {_MODULE_OWN.get(module, 0.0):7.1f}"
+                                    f" CPU-s  {module}")
     for what, seconds in _SHARED.items():
         terminalreporter.write_line(f"{seconds:8.1f} s  ({what}, counted in the module that "
                                     "used it first)")
