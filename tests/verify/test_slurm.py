@@ -84,7 +84,12 @@ def test_jobs_get_slurmds_locked_memory_limit_not_the_submitters(controller, clu
     reaching the job. Submitted here with the soft limit lowered to 64 KiB."""
     node = cluster.job_nodes[0]
     compute = testinfra.get_host(f"ansible://{node}", ansible_inventory=cluster.inventory)
-    line = compute.check_output("grep 'Max locked memory' /proc/$(pidof slurmd)/limits")
+    # slurmd's own process, as systemd knows it. pidof lists every process named slurmd
+    # (a child it forks to start a step or run a prolog too) and none while it restarts:
+    # either way the path was wrong, and a verify at an 'up' failed on it (grep, exit 2).
+    main = compute.check_output("systemctl show --property=MainPID --value slurmd")
+    assert main.isdigit() and main != "0", f"slurmd is not running on {node}"
+    line = compute.check_output(f"grep 'Max locked memory' /proc/{main}/limits")
     soft = line.split()[3]
     expected = "unlimited" if soft == "unlimited" else str(int(soft) // 1024)
     assert expected != "64", "slurmd itself runs with a 64 KiB limit: the test cannot tell"
