@@ -50,12 +50,20 @@ wait_for_bring_up() {
     done
 }
 
+# Runs pytest on modules ($3...) beside lane a, with $2 slowest durations listed: its output
+# in .metalslurm/schedule-$1.log, its exit status in schedule-$1.rc.
+run_modules() {
+    local name=$1 durations=$2
+    shift 2
+    "$BIN"/pytest "$@" -p no:cacheprovider --durations="$durations" \
+        > "$logs/schedule-$name.log" 2>&1
+    echo $? > "$logs/schedule-$name.rc"
+}
+
 lane_b() {
     wait_for_bring_up "$marker" "$debian13"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
-    METALSLURM_E2E_LANE=b "$BIN"/pytest "${LANE_B[@]}" -p no:cacheprovider --durations=20 \
-        > "$logs/schedule-debian13-b.log" 2>&1
-    echo $? > "$logs/schedule-debian13-b.rc"
+    METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
 }
 lane_b &
 other_lane=$!
@@ -69,8 +77,7 @@ beside() {
     # The power drivers' module (its own tiny containers and BMC stand-ins, no cluster;
     # about 11 CPU-seconds, nearly all its time waiting on the machines it powers) beside
     # lint and the unit tests.
-    "$BIN"/pytest "$power" -p no:cacheprovider --durations=5 \
-        > "$logs/schedule-power.log" 2>&1 &
+    run_modules power 5 "$power" &
     local power_run=$!
     if [ "$what" = all ]; then
         make --no-print-directory -j2 --output-sync=target lint unit \
@@ -78,16 +85,9 @@ beside() {
         echo $? > "$logs/schedule-lint-unit.rc"
     fi
     wait "$power_run"
-    echo $? > "$logs/schedule-power.rc"
-    "$BIN"/pytest "$debian12" -p no:cacheprovider --durations=10 \
-        > "$logs/schedule-debian12.log" 2>&1
-    echo $? > "$logs/schedule-debian12.rc"
-    "$BIN"/pytest "$rented" -p no:cacheprovider --durations=10 \
-        > "$logs/schedule-rented.log" 2>&1
-    echo $? > "$logs/schedule-rented.rc"
-    "$BIN"/pytest "$scale_lab" -p no:cacheprovider --durations=5 \
-        > "$logs/schedule-scale-lab.log" 2>&1
-    echo $? > "$logs/schedule-scale-lab.rc"
+    run_modules debian12 10 "$debian12"
+    run_modules rented 10 "$rented"
+    run_modules scale-lab 5 "$scale_lab"
 }
 beside &
 others=$!
