@@ -21,6 +21,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
@@ -74,22 +75,39 @@ def seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
-def run_a_job(cluster: LocalStack, label: str) -> str:
-    """A job on the powered-down node; returns the id of the container it ran in."""
+# A file each job waits for on its machine before it ends: the test looks at the machine
+# while the job holds it (else SuspendTime, 20 s, may remove it first on a loaded machine:
+# seen in CI).
+RELEASE = "/run/metalslurm-e2e-release"
+
+
+def run_a_job(cluster: LocalStack, label: str,
+              while_running: Callable[[], None] = lambda: None) -> str:
+    """A job on the powered-down node; returns the id of the container it ran in, taken
+    while the job holds its machine, after ``while_running`` has looked at it."""
     assert cluster.slurm_state(NODE) == "idle~" and container_id() == ""
     submitted = time.time()
     job = cluster.ctl(f"sbatch --parsable -w {NODE} -p train --time=5 -o /dev/null "
-                      "--wrap='srun hostname'").stdout.strip()
-    assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
+                      f"--wrap='srun hostname && while ! test -e {RELEASE}; do sleep 1; done'"
+                      ).stdout.strip()
+    wait_for(f"job {job} running on {NODE}",
+             lambda: cluster.ctl(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING",
+             timeout=RESUME_WITHIN)
+    made = container_id()
+    try:
+        while_running()
+    finally:
+        assert console(CONTAINER, f"touch {RELEASE}").returncode == 0
+    assert cluster.wait_until_done(job, timeout=60) == "COMPLETED"
     [[start, nodelist]] = cluster.sacct_rows(job, "Start,NodeList")
     assert nodelist == NODE
-    made = cluster.power_events("power_on", NODE, ok=True)[-1]
+    power_on = cluster.power_events("power_on", NODE, ok=True)[-1]
     joined = cluster.power_events("join_end", NODE, ok=True)[-1]
     with TIMINGS.open("a") as out:
-        out.write(f"{time.strftime('%H:%M:%S')} {label}: machine made {made['duration_s']} s, "
+        out.write(f"{time.strftime('%H:%M:%S')} {label}: machine made {power_on['duration_s']} s, "
                   f"joined in {joined['duration_s']} s, submit to start "
                   f"{seconds(start) - submitted:.1f} s\n")
-    return container_id()
+    return made
 
 
 def test_up_makes_no_machine_for_a_launch_terminate_node(cluster):
@@ -109,19 +127,21 @@ def test_up_makes_no_machine_for_a_launch_terminate_node(cluster):
 
 
 def test_a_job_makes_the_machine_which_joins_and_runs_it(cluster):
-    first = run_a_job(cluster, "first resume")
+    def the_machine():
+        image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", CONTAINER],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        # The prepared compute image, held for this cluster (prepared.hold).
+        assert image.startswith(f"localhost/metalslurm-held:{CLUSTER}_metalslurm-prepared_"
+                                "trixie-compute-"), image
+        # Same munge key as every other node (from the controller's kit, not the image). The
+        # operator's known_hosts has no key of a machine made after 'up': its console.
+        keys = {n: cluster.on(n, "sha256sum /etc/munge/munge.key").stdout.split()[0]
+                for n in ("ctl", "gpu-001")}
+        keys[NODE] = console(CONTAINER, "sha256sum /etc/munge/munge.key").stdout.split()[0]
+        assert len(set(keys.values())) == 1, keys
+
+    first = run_a_job(cluster, "first resume", while_running=the_machine)
     assert first
-    image = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}", CONTAINER],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    # The prepared compute image, held for this cluster (prepared.hold).
-    assert image.startswith(f"localhost/metalslurm-held:{CLUSTER}_metalslurm-prepared_"
-                            "trixie-compute-"), image
-    # Same munge key as every other node (from the controller's kit, not the image). The
-    # operator's known_hosts has no key of a machine made after 'up': its console.
-    keys = {n: cluster.on(n, "sha256sum /etc/munge/munge.key").stdout.split()[0]
-            for n in ("ctl", "gpu-001")}
-    keys[NODE] = console(CONTAINER, "sha256sum /etc/munge/munge.key").stdout.split()[0]
-    assert len(set(keys.values())) == 1, keys
     MADE.append(first)
 
 
@@ -141,6 +161,9 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     one), ResumeFailProgram removes the machine and returns the node; the job waits,
     requeued. With the key back, it runs."""
     key = f"{JOIN_DIR}/secrets/munge.key.b64"
+    # A node that is still up would run the job without a join.
+    wait_for(f"{NODE} powered down", lambda: cluster.slurm_state(NODE) == "idle~"
+             and container_id() == "", timeout=SUSPEND_WITHIN)
     cluster.ctl(f"cp -p {key} {key}.good && head -c 1024 /dev/urandom | base64 -w0 > {key}")
     try:
         job = cluster.ctl(f"sbatch --parsable -w {NODE} -p train --time=5 -o /dev/null "
