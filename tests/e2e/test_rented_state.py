@@ -157,8 +157,10 @@ def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(clu
     guard = "nft list table inet metalslurm_dcgm_guard"
     had_guard = cluster.on("gpu-002", guard, check=False).returncode == 0
     # The repair timer stopped first: it would put the openings back within its interval
-    # (the next test), before verify looks.
-    cluster.on("gpu-002", f"systemctl stop {REPAIR_TIMER}")
+    # (the next test), before verify looks; and a repair the timer has just started, which
+    # would put them back after the reload (seen in a rehearsal), waited for.
+    cluster.on("gpu-002", f"systemctl stop {REPAIR_TIMER} && "
+                          f"systemctl stop {REPAIR_TIMER.replace('.timer', '.service')}")
     cluster.on("gpu-002", "nft -f /etc/nftables.conf")  # behind systemd's back
     failed = verify_network(cluster)
     assert failed.returncode == 1
