@@ -23,6 +23,21 @@ after one task (42 % of the workers' samples in a converged run, py-spy). The st
 on the collection's cache of compiled Jinja (plugin_utils/jinja_code.py) before the first
 worker forks: a worker loads what another compiled.
 
+And every task on every host cost a worker forked from ansible-playbook (about 48 ms of
+host CPU per host step on the 2-core machine, docs/lab/benchmarks.md), even where the worker
+only found the task's ``when:`` false (about a third of a converged run's host steps) or ran
+an action that reaches no host (set_fact, assert, debug, fail, a role's argument
+specification, an include: another third). The strategy answers those in ansible-playbook: a
+condition evaluated with the variables the worker would have (the connection's included)
+that is false gets the result the worker would send; a controller-side action is run by the
+same TaskExecutor a worker runs, on a copy of the task. Only where it is sure to reach the
+worker's answer: no loop, no delegation, no ``run_once``, nothing that would block
+ansible-playbook (retries, async, a timeout's alarm, a debugger), a condition that
+templates. The result goes through Ansible's own result handling (callbacks, ``register``,
+handlers, the recap); any other task goes to a worker as before. (This reads ansible-core's
+private task-result and template classes: the project pins ansible-core, and
+tests/unit/test_strategy_skip.py holds the outcome to Ansible's own linear strategy's.)
+
 ansible.cfg names this plugin; ``ANSIBLE_STRATEGY=linear`` goes back to Ansible's own.
 The ``mitogen`` package is pinned with the project's Python dependencies.
 """
@@ -36,6 +51,10 @@ from pathlib import Path
 import ansible.collections.list
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
+from ansible._internal._templating._engine import TemplateEngine
+from ansible.executor.task_executor import TaskExecutor
+from ansible.executor.task_result import _WireTaskResult
+from ansible.plugins import loader as plugin_loader
 from ansible.plugins.loader import filter_loader, test_loader
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
 
@@ -92,9 +111,78 @@ def preload_collection_dirs() -> None:
     _installed_collection_dirs()
 
 
+def skipped_here(task, task_vars, play_context, loader) -> dict | None:  # type: ignore[no-untyped-def]
+    """The result a worker would send for ``task`` on its host when the task's ``when:`` is
+    false (TaskExecutor._execute_internal), or None: the condition is true, or this cannot be
+    sure to reach the worker's answer, so a worker decides."""
+    if (not task.when or task.loop_with or task.loop is not None or task.delegate_to
+            or task.run_once or task.action in _WORKER_ONLY):
+        return None
+    try:
+        templar = TemplateEngine(loader=loader, variables=task_vars)
+        variables = dict(task_vars)
+        # The connection's variables, as the worker adds them before the condition.
+        context = play_context.set_task_and_variable_override(task=task, variables=task_vars,
+                                                              templar=templar)
+        context.post_validate(templar=templar)
+        context.update_vars(variables)
+        false_condition: dict = {}
+        if task._resolve_conditional(task.when, variables, result_context=false_condition):
+            return None
+        result = {"changed": False, "skipped": True,
+                  "skip_reason": "Conditional result was False", **false_condition}
+        task.update_result_no_log(TemplateEngine(loader=loader, variables=variables), result)
+        return result
+    except Exception:  # whatever fails here fails (or not) in the worker, with its own error
+        return None
+
+
+# Actions that the worker handles in its own way before or instead of a condition.
+_WORKER_ONLY = frozenset({"ansible.builtin.meta", "meta"})
+# Actions that run on the controller alone and reach no host: their task runs in
+# ansible-playbook, by the same TaskExecutor a worker runs.
+_CONTROLLER_ONLY = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.builtin.",
+                                                                "ansible.legacy.")
+                             for name in ("set_fact", "assert", "debug", "fail",
+                                          "validate_argument_spec", "include_tasks",
+                                          "include_role"))
+
+
+def runs_here(task) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``task`` runs on the controller alone, with nothing that would block
+    ansible-playbook (retries, a pause, a timeout's alarm, async, a debugger) or hand it to
+    another host."""
+    return (task.action in _CONTROLLER_ONLY and not task.loop_with and task.loop is None
+            and not task.delegate_to and not task.run_once and not task.until
+            and not task.async_val and not task.timeout and not task.debugger)
+
+
 class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
     def run(self, iterator, play_context, result=0):  # type: ignore[no-untyped-def]
         preload_jinja_plugins()
         preload_collection_dirs()
         jinja_code.enable()
         return super().run(iterator, play_context, result)
+
+    def _queue_task(self, host, task, task_vars, play_context):  # type: ignore[no-untyped-def]
+        result = skipped_here(task, task_vars, play_context, self._loader)
+        if result is None and not runs_here(task):
+            return super()._queue_task(host, task, task_vars, play_context)
+        # As StrategyBase._queue_task and a worker would: cached for the result's
+        # conversion, the start callback, then the result on the results queue.
+        self._queued_task_cache[(host.name, task._uuid)] = {
+            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
+        self._tqm.send_callback("v2_runner_on_start", host, task)
+        # A copy of the task, its parents shared (a copy of them would copy the play's
+        # tasks), as the worker's copy: TaskExecutor squashes and validates it.
+        done = task.copy(exclude_parent=True)
+        done._parent = task._parent
+        if result is None:
+            result = TaskExecutor(host, done, dict(task_vars), play_context, self._loader,
+                                  plugin_loader.get_plugin_loader_namespace(), self._final_q,
+                                  self._variable_manager).run()
+        done.squash()
+        self._final_q.put(_WireTaskResult(host_name=host.name, task_uuid=task._uuid,
+                                          return_data=result, task_fields=done.dump_attrs()))
+        self._pending_results += 1
+        return None
