@@ -46,21 +46,27 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import re
+import textwrap
 from pathlib import Path
 
 import ansible.collections.list
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
+from ansible._internal import _display_utils, _task
 from ansible._internal._templating._engine import TemplateEngine
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _WireTaskResult
 from ansible.plugins import loader as plugin_loader
 from ansible.plugins.loader import filter_loader, test_loader
+from ansible.utils.display import Display
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils import jinja_code
 
 from ansible import constants as C
 
 Base = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
+display = Display()
 
 
 def project_collections() -> list[str]:
@@ -111,30 +117,49 @@ def preload_collection_dirs() -> None:
     _installed_collection_dirs()
 
 
-def skipped_here(task, task_vars, play_context, loader) -> dict | None:  # type: ignore[no-untyped-def]
-    """The result a worker would send for ``task`` on its host when the task's ``when:`` is
-    false (TaskExecutor._execute_internal), or None: the condition is true, or this cannot be
-    sure to reach the worker's answer, so a worker decides."""
+def worker_variables(task, host, task_vars, play_context, loader) -> dict:  # type: ignore[no-untyped-def]
+    """The variables a worker evaluates ``task``'s condition with: the task's, the search
+    path (TaskExecutor._get_loop_items) and the connection's (_execute_internal: the host's
+    address where the inventory names none)."""
+    variables = dict(task_vars)
+    search = task.get_search_path()
+    if loader.get_basedir() not in search:
+        search.append(loader.get_basedir())
+    variables["ansible_search_path"] = search
+    templar = TemplateEngine(loader=loader, variables=variables)
+    context = play_context.set_task_and_variable_override(task=task, variables=variables,
+                                                          templar=templar)
+    context.post_validate(templar=templar)
+    if not context.remote_addr:
+        context.remote_addr = host.address
+    context.update_vars(variables)
+    return variables
+
+
+def skipped_here(task, host, task_vars, play_context, loader) -> dict | None:  # type: ignore[no-untyped-def]
+    """The result a worker would send for ``task`` on ``host`` when the task's ``when:`` is
+    false (TaskExecutor._execute, _execute_internal), or None: the condition is true, or this
+    cannot be sure to reach the worker's answer, so a worker decides."""
     if (not task.when or task.loop_with or task.loop is not None or task.delegate_to
-            or task.run_once or task.action in _WORKER_ONLY):
+            or task.run_once or task.action in _WORKER_ONLY or mentions_lookup(task.when)):
         return None
     try:
-        templar = TemplateEngine(loader=loader, variables=task_vars)
-        variables = dict(task_vars)
-        # The connection's variables, as the worker adds them before the condition.
-        context = play_context.set_task_and_variable_override(task=task, variables=task_vars,
-                                                              templar=templar)
-        context.post_validate(templar=templar)
-        context.update_vars(variables)
-        false_condition: dict = {}
-        if task._resolve_conditional(task.when, variables, result_context=false_condition):
-            return None
-        result = {"changed": False, "skipped": True,
-                  "skip_reason": "Conditional result was False", **false_condition}
-        task.update_result_no_log(TemplateEngine(loader=loader, variables=variables), result)
-        return result
+        with _display_utils.DeferredWarningContext(variables=task_vars) as warnings:
+            variables = worker_variables(task, host, task_vars, play_context, loader)
+            false_condition: dict = {}
+            if task._resolve_conditional(task.when, variables, result_context=false_condition):
+                return None  # the worker evaluates it again, and says its own warnings
+            result = {"changed": False, "skipped": True,
+                      "skip_reason": "Conditional result was False", **false_condition}
+            task.update_result_no_log(TemplateEngine(loader=loader, variables=variables),
+                                      result)
     except Exception:  # whatever fails here fails (or not) in the worker, with its own error
         return None
+    if found := warnings.get_warnings():
+        result["warnings"] = found
+    if found := warnings.get_deprecation_warnings():
+        result["deprecations"] = found
+    return result
 
 
 # Actions that the worker handles in its own way before or instead of a condition.
@@ -146,43 +171,90 @@ _CONTROLLER_ONLY = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.built
                              for name in ("set_fact", "assert", "debug", "fail",
                                           "validate_argument_spec", "include_tasks",
                                           "include_role"))
+# A lookup may be slow (ansible-playbook would wait for it host after host, where workers
+# run it side by side) or act on the world (a true condition is evaluated twice): a task
+# whose condition, arguments or variables call one goes to a worker.
+_LOOKUP = re.compile(r"\b(?:lookup|query|q)\s*\(")
+
+
+def mentions_lookup(*values) -> bool:  # type: ignore[no-untyped-def]
+    return any(_LOOKUP.search(str(value)) for value in values if value)
 
 
 def runs_here(task) -> bool:  # type: ignore[no-untyped-def]
     """Whether ``task`` runs on the controller alone, with nothing that would block
-    ansible-playbook (retries, a pause, a timeout's alarm, async, a debugger) or hand it to
-    another host."""
+    ansible-playbook (retries, a pause, a timeout's alarm, async, a debugger, a lookup) or
+    hand it to another host."""
     return (task.action in _CONTROLLER_ONLY and not task.loop_with and task.loop is None
             and not task.delegate_to and not task.run_once and not task.until
-            and not task.async_val and not task.timeout and not task.debugger)
+            and not task.async_val and not task.timeout and not task.debugger
+            and not mentions_lookup(task.args, task.when, task.vars))
+
+
+def run_here(task, host, task_vars, play_context, loader, final_q,  # type: ignore[no-untyped-def]
+             variable_manager) -> dict:
+    """``task`` run on ``host`` by the TaskExecutor a worker runs, as the worker runs it:
+    on a copy (TaskExecutor validates the task and its parents), in the task's context,
+    with what a plugin prints kept off ansible-playbook's output (the worker warns)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with _task.TaskContext(task), contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr):
+        result = TaskExecutor(host, task, dict(task_vars), play_context, loader,
+                              plugin_loader.get_plugin_loader_namespace(), final_q,
+                              variable_manager).run()
+    for name, stdio in (("stdout", stdout), ("stderr", stderr)):
+        if data := stdio.getvalue():
+            display.warning(f"[{host}/{task}] sent data directly to {name} instead of using "
+                            f"Display:\n{textwrap.indent(data[:256], '    ')}\n",
+                            formatted=True)
+    return result
 
 
 class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
+    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        # Results answered in ansible-playbook, put on the results queue when the strategy
+        # waits for the task's results (or the next task comes): a host's facts then reach
+        # the others no sooner than a worker's would.
+        self._answered_here: list[_WireTaskResult] = []
+
     def run(self, iterator, play_context, result=0):  # type: ignore[no-untyped-def]
         preload_jinja_plugins()
         preload_collection_dirs()
         jinja_code.enable()
         return super().run(iterator, play_context, result)
 
+    def _put_answered_here(self) -> None:
+        for answer in self._answered_here:
+            self._final_q.put(answer)
+        self._answered_here.clear()
+
+    def _wait_on_pending_results(self, iterator):  # type: ignore[no-untyped-def]
+        self._put_answered_here()
+        return super()._wait_on_pending_results(iterator)
+
     def _queue_task(self, host, task, task_vars, play_context):  # type: ignore[no-untyped-def]
-        result = skipped_here(task, task_vars, play_context, self._loader)
-        if result is None and not runs_here(task):
+        if self._answered_here and self._answered_here[0].task_uuid != task._uuid:
+            self._put_answered_here()
+        # A templated throttle is left to Ansible's own conversion (and its error).
+        result = skipped_here(task, host, task_vars, play_context, self._loader) \
+            if isinstance(task.throttle, int) else None
+        if result is None and not (isinstance(task.throttle, int) and runs_here(task)):
             return super()._queue_task(host, task, task_vars, play_context)
         # As StrategyBase._queue_task and a worker would: cached for the result's
         # conversion, the start callback, then the result on the results queue.
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
         self._tqm.send_callback("v2_runner_on_start", host, task)
-        # A copy of the task, its parents shared (a copy of them would copy the play's
-        # tasks), as the worker's copy: TaskExecutor squashes and validates it.
-        done = task.copy(exclude_parent=True)
-        done._parent = task._parent
+        # The worker's own copy of the task: its parents copied too (TaskExecutor validates
+        # them), not their tasks (a copy of those would copy the play's).
+        done = task.copy(exclude_tasks=True)
         if result is None:
-            result = TaskExecutor(host, done, dict(task_vars), play_context, self._loader,
-                                  plugin_loader.get_plugin_loader_namespace(), self._final_q,
-                                  self._variable_manager).run()
+            result = run_here(done, host, task_vars, play_context, self._loader, self._final_q,
+                              self._variable_manager)
         done.squash()
-        self._final_q.put(_WireTaskResult(host_name=host.name, task_uuid=task._uuid,
-                                          return_data=result, task_fields=done.dump_attrs()))
+        self._answered_here.append(_WireTaskResult(
+            host_name=host.name, task_uuid=task._uuid, return_data=result,
+            task_fields=done.dump_attrs()))
         self._pending_results += 1
         return None

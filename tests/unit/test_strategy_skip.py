@@ -105,7 +105,53 @@ PLAYBOOK = """
       ansible.builtin.debug: {msg: after}
       when: inventory_hostname != 'h0'
 """
+# Cases a review found: the condition's variables the worker adds (the host's address, the
+# search path a lookup reads), a block whose name fails to template on some hosts (the
+# worker validates its own copy of the parents), a host's fact that the others' tasks must
+# not see within the same task, a templated throttle and a templated condition's
+# deprecation warning.
+REVIEW_PLAYBOOK = """
+- name: Found by review
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The host's address in a condition
+      ansible.builtin.debug: {msg: "address seen"}
+      when: ansible_host is defined and ansible_search_path is defined
+    - name: A lookup in an included file's condition reads the file beside it
+      ansible.builtin.include_tasks: sub/inc.yml
+    - name: Set a fact and look at h0's
+      ansible.builtin.set_fact:
+        mine: "{{ inventory_hostname }}"
+        peek: "{{ hostvars['h0'].mine | default('unset') }}"
+    - name: Show the peek
+      ansible.builtin.debug: {msg: "peek={{ peek }}"}
+    - name: A templated condition
+      ansible.builtin.debug: {msg: templated}
+      when: "{{ inventory_hostname == 'nohost' }}"
+      register: templated
+    - name: Its deprecation, registered
+      ansible.builtin.debug:
+        msg: "deprecations={{ templated.deprecations | default([]) | length }}"
+    - name: "Block {{ only_h0 }}"
+      vars:
+        only_h0: "{{ 'yes' if inventory_hostname == 'h0' else undefined_thing }}"
+      block:
+        - name: In the block
+          ansible.builtin.debug: {msg: in the block}
+    - name: A templated throttle that is no number
+      ansible.builtin.debug: {msg: throttled}
+      throttle: "{{ 'abc' }}"
+"""
 FILES = {
+    "sub/inc.yml": """
+- name: Read the file beside the included one
+  ansible.builtin.command: "true"
+  changed_when: false
+  when: lookup('file', 'x.txt') == 'sub'
+""",
+    "sub/files/x.txt": "sub",
+    "files/x.txt": "play",
     "inc.yml": """
 - name: Included task
   ansible.builtin.debug: {msg: "included {{ inventory_hostname }}"}
@@ -153,7 +199,8 @@ class FilterModule:
 }
 
 
-def play(work: Path, strategy: str) -> tuple[int, list[str], list[list[str]], int]:
+def play(work: Path, strategy: str, playbook: str = "play.yml"
+         ) -> tuple[int, list[str], list[list[str]], int]:
     """ansible-playbook's exit status, its output lines sorted (workers answer in any order),
     the pids that evaluated the first task's condition and those that templated the
     controller-side fact, and ansible-playbook's pid."""
@@ -165,10 +212,10 @@ def play(work: Path, strategy: str) -> tuple[int, list[str], list[list[str]], in
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     proc = subprocess.Popen(["ansible-playbook", "-i", str(work / "inventory.ini"),
                              "-e", f"pids={pids}", "-e", f"pids_set={pids_set}",
-                             str(work / "play.yml")],
+                             str(work / playbook)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out, err = proc.communicate(timeout=300)
-    assert "ERROR" not in err, err[-2000:]
+    assert playbook != "play.yml" or "ERROR" not in err, err[-2000:]
     recorded = [path.read_text().split() if path.exists() else [] for path in (pids, pids_set)]
     return proc.returncode, sorted(map(hosts_sorted, out.splitlines())), recorded, proc.pid
 
@@ -185,18 +232,20 @@ def hosts_sorted(line: str) -> str:
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("skip")
     (work / "play.yml").write_text(PLAYBOOK)
+    (work / "review.yml").write_text(REVIEW_PLAYBOOK)
     for name, text in FILES.items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text(text)
     (work / "inventory.ini").write_text("".join(
         f"{host} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
         for host in HOSTS))
-    return {strategy: play(work, strategy) for strategy in ("linear", "mitogen_linear")}
+    return {(strategy, playbook): play(work, strategy, playbook)
+            for strategy in ("linear", "mitogen_linear") for playbook in ("play.yml", "review.yml")}
 
 
 def test_the_outcome_is_ansibles_own_linear_strategys(runs):
-    rc, lines, _, _ = runs["mitogen_linear"]
-    assert (rc, lines) == runs["linear"][:2]
+    rc, lines, _, _ = runs["mitogen_linear", "play.yml"]
+    assert (rc, lines) == runs["linear", "play.yml"][:2]
     assert rc == 0
     # What the playbook shows, so the comparison above compares something.
     recap = {line.split()[0]: line.split(":", 1)[1].split() for line in lines
@@ -218,10 +267,22 @@ def test_the_outcome_is_ansibles_own_linear_strategys(runs):
     assert "included: r1 for h1, h2, h3" in lines and "ok: [h0] => (item=2) => " in lines
 
 
+def test_the_cases_a_review_found_end_as_with_ansibles_own_linear_strategy(runs):
+    rc, lines, _, _ = runs["mitogen_linear", "review.yml"]
+    assert (rc, lines) == runs["linear", "review.yml"][:2]
+    # The play stops at the throttle (exit 1, no recap), after h1-h3 failed the block.
+    assert rc == 1 and not [line for line in lines if "ok=" in line]
+    assert lines.count("    msg: address seen") == 4 and lines.count("    msg: peek=unset") == 4
+    assert lines.count("    msg: deprecations=1") == 4 and lines.count("ok: [h0] => (item") == 0
+    assert [line for line in lines if line.startswith("fatal: ")] == [
+        "fatal: [h1]: FAILED! => ", "fatal: [h2]: FAILED! => ", "fatal: [h3]: FAILED! => "]
+    assert lines.count("    msg: in the block") == 1
+
+
 def test_a_false_condition_and_a_controller_side_task_run_in_ansible_playbook(runs):
     """Not in a worker: the first task's condition, false everywhere, and set_fact's."""
-    _, _, pids, main = runs["mitogen_linear"]
+    _, _, pids, main = runs["mitogen_linear", "play.yml"]
     assert pids == [[str(main)] * len(HOSTS)] * 2
-    _, _, pids, main = runs["linear"]
+    _, _, pids, main = runs["linear", "play.yml"]
     assert [len(p) for p in pids] == [len(HOSTS)] * 2
     assert str(main) not in pids[0] + pids[1]
