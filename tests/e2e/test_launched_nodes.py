@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import (
+    POWER_LOG,
     REPO,
     LocalStack,
     cluster_containers,
@@ -158,31 +159,47 @@ def test_a_suspend_removes_the_machine_and_the_next_job_makes_a_new_one(cluster)
 def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     """The kit's munge key replaced by one no node has: the join's configure fails (the
     munge role refuses a key other than the controller's, before the new machine gets
-    one), ResumeFailProgram removes the machine and returns the node; the job waits,
-    requeued. With the key back, it runs."""
+    one), ResumeFailProgram removes the machine and returns the node to the pool, its job
+    requeued. With the key back, Slurm resumes the node for the job (as soon as the
+    requeued job may start: that can be before the failed join has ended, a request the
+    join service then serves after it) and the job runs on a machine made anew."""
     key = f"{JOIN_DIR}/secrets/munge.key.b64"
     # A node that is still up would run the job without a join.
     wait_for(f"{NODE} powered down", lambda: cluster.slurm_state(NODE) == "idle~"
              and container_id() == "", timeout=SUSPEND_WITHIN)
+    seen = len(cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines())
     cluster.ctl(f"cp -p {key} {key}.good && head -c 1024 /dev/urandom | base64 -w0 > {key}")
     try:
         job = cluster.ctl(f"sbatch --parsable -w {NODE} -p train --time=5 -o /dev/null "
                           "--wrap=hostname").stdout.strip()
         wait_for("the failed join", lambda: cluster.power_events("join_end", NODE, ok=False),
                  timeout=RESUME_WITHIN)
-        error = cluster.power_events("join_end", NODE, ok=False)[-1]["error"]
-        log = re.search(r"\(see (\S+)\)$", error).group(1)
-        assert "ctl, which serves a Slurm cluster, holds another munge key than" in " ".join(
-            cluster.ctl(f"cat {log}").stdout.split()), error
-        wait_for(f"{NODE} back in the pool, its machine gone",
-                 lambda: cluster.slurm_state(NODE) == "idle~" and container_id() == "",
-                 timeout=120)
-        state = cluster.ctl(f"squeue -h -j {job} -o %T").stdout.strip()
-        assert state == "PENDING", state
     finally:
         cluster.ctl(f"mv -f {key}.good {key}", check=False)
+    error = cluster.power_events("join_end", NODE, ok=False)[-1]["error"]
+    log = re.search(r"\(see (\S+)\)$", error).group(1)
+    assert "ctl, which serves a Slurm cluster, holds another munge key than" in " ".join(
+        cluster.ctl(f"cat {log}").stdout.split()), error
     cluster.release_requeued(job, within=60)
     assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
+    restarts = cluster.ctl(f"scontrol show job {job}").stdout
+    assert "Restarts=1 " in restarts, restarts
+    # What happened to the node since the key was replaced, in order: a machine made, its
+    # join failed, ResumeFailProgram powered it off; Slurm resumed the node again for the
+    # job, a machine made anew joined.
+    lines = cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines()[seen:]
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    steps = [(e["program"], e["event"], e.get("ok")) for e in events
+             if e.get("node") == NODE and (e["event"] in ("power_on", "join_end")
+                                           or (e["program"], e["event"]) == ("resume-fail",
+                                                                             "power_off"))]
+    assert steps == [("resume", "power_on", True), ("join", "join_end", False),
+                     ("resume-fail", "power_off", True), ("resume", "power_on", True),
+                     ("join", "join_end", True)], events
+    assert [e["jobs"] for e in events if e["event"] == "invoked"
+            and e["program"] == "resume"] == [[{"job_id": int(job), "nodes": NODE}]] * 2
+    wait_for(f"{NODE} powered down again", lambda: container_id() == "",
+             timeout=SUSPEND_WITHIN)
 
 
 def test_slurm_cannot_turn_the_join_service_against_root(cluster):

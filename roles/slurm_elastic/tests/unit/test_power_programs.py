@@ -742,6 +742,66 @@ def test_a_request_that_arrives_during_a_join_is_taken_at_once(tmp_path: Path) -
     assert time.time() - 31 < started["gpu-004"] < time.time() - 29
 
 
+def _serve_with_a_second_request(tmp_path: Path, first_ok: bool, resuming: bool
+                                 ) -> list[tuple[str, float | None]]:
+    """gpu-003's join, which ends ``first_ok``; gpu-003 asked for again (60 s ago) while it
+    runs, the way Slurm resumes a node that a failed join's ResumeFailProgram has just
+    returned, its job requeued; slurmctld has it powering up after it: ``resuming``.
+    The joins run, in order, with the time each was asked."""
+    requests = tmp_path / "requests"
+    requests.mkdir(parents=True)
+    (requests / "gpu-003").touch()
+    joins: list[tuple[str, float | None]] = []
+    asked_for: list[str] = []
+
+    def fake_join(join_dir, node, address, timeout, resume_fail, log, asked=None):
+        joins.append((node, asked))
+        if len(joins) == 1:
+            (requests / "gpu-003").touch()
+            os.utime(requests / "gpu-003", (time.time() - 60, time.time() - 60))
+            wait_for_taken = time.monotonic() + 10
+            while (requests / "gpu-003").exists() and time.monotonic() < wait_for_taken:
+                time.sleep(0.01)
+            return first_ok
+        return True
+
+    def powering_up(node: str) -> bool:
+        asked_for.append(node)
+        return resuming
+
+    joined = join.serve(requests, tmp_path, {"gpu-003": "10.0.0.13"}, 100, ["resume-fail"],
+                        lambda event, **f: None, join=fake_join,
+                        sleep=lambda s: time.sleep(0.01), resuming=powering_up)
+    assert joined is first_ok  # a failed join fails the service's run
+    assert list(requests.iterdir()) == []
+    assert asked_for == ([] if first_ok else ["gpu-003"])
+    return joins
+
+
+def test_a_node_resumed_again_while_its_failed_join_ends_is_joined_again(
+        tmp_path: Path) -> None:
+    """Seen in CI: the new resume's request was taken while the failed join was still
+    running, and dropped; the node waited out ResumeTimeout with its machine up."""
+    joins = _serve_with_a_second_request(tmp_path, first_ok=False, resuming=True)
+    assert [node for node, _ in joins] == ["gpu-003", "gpu-003"]
+    assert time.time() - 61 < joins[1][1] < time.time() - 59
+
+
+def test_a_request_answered_by_the_join_that_ran_is_not_joined_again(tmp_path: Path) -> None:
+    """Asked again while the join runs: a join that succeeds answers both, and after one
+    that fails a node Slurm does not have powering up needs none (the failed resume's)."""
+    assert [n for n, _ in _serve_with_a_second_request(
+        tmp_path / "ok", first_ok=True, resuming=True)] == ["gpu-003"]
+    assert [n for n, _ in _serve_with_a_second_request(
+        tmp_path / "failed", first_ok=False, resuming=False)] == ["gpu-003"]
+
+
+def test_powering_up_reads_the_flag_sinfo_prints() -> None:
+    assert join.powering_up("gpu-003", run=_fake_run([], sinfo="mixed#\n")) is True
+    assert join.powering_up("gpu-003", run=_fake_run([], sinfo="idle~\n")) is False
+    assert join.powering_up("gpu-003", run=_fake_run([], sinfo="")) is False
+
+
 def test_a_join_counts_its_deadline_from_the_request(tmp_path: Path) -> None:
     """A request taken 90 s after it was made has 10 s of a 100 s timeout left."""
     deadlines: list[float] = []

@@ -68,12 +68,22 @@ def sshd_answers(address: str, deadline: float, sleep: Callable[[float], None] =
     return False
 
 
-def registered(node: str, run: Callable[..., Any] = subprocess.run) -> bool:
-    """Whether slurmctld has the node up: registered and responding, no longer powering up."""
+def node_states(node: str, run: Callable[..., Any] = subprocess.run) -> list[str]:
+    """The node's states as sinfo prints them (with its flags: ``idle#``), [] if unknown."""
     proc = run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T"],
                capture_output=True, text=True, check=False, timeout=30)
-    states = proc.stdout.split() if proc.returncode == 0 else []
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def registered(node: str, run: Callable[..., Any] = subprocess.run) -> bool:
+    """Whether slurmctld has the node up: registered and responding, no longer powering up."""
+    states = node_states(node, run)
     return bool(states) and not any(c in state for state in states for c in "#~*%!")
+
+
+def powering_up(node: str, run: Callable[..., Any] = subprocess.run) -> bool:
+    """Whether slurmctld has the node powering up (a resume under way)."""
+    return any("#" in state for state in node_states(node, run))
 
 
 def _remove(path: Path) -> str | None:
@@ -192,21 +202,34 @@ def fail_requests(requests: Path, resume_fail: Sequence[str], why: str,
 
 def serve(requests: Path, join_dir: Path, launched: dict[str, str], timeout: float,
           resume_fail: Sequence[str], log: Callable[..., None],
-          join: Callable[..., bool] = join_one, sleep: Callable[[float], None] = time.sleep
-          ) -> bool:
+          join: Callable[..., bool] = join_one, sleep: Callable[[float], None] = time.sleep,
+          resuming: Callable[[str], bool] = powering_up) -> bool:
     """Join the requested machines, taking the requests that arrive meanwhile, until none is
-    left; whether every one joined."""
+    left; whether every one joined.
+
+    A node asked for again while its join runs: a join that succeeds answers both requests.
+    One that fails hands the node to ResumeFailProgram, which returns it to the pool; Slurm
+    may resume it again at once (its requeued job), and that resume's request can arrive
+    before the failed join has ended here. So after a failure the node is joined again when
+    slurmctld has it powering up (a new resume), else the request was the failed one's."""
     running: dict[str, Future[bool]] = {}
+    again: dict[str, float] = {}  # asked again while its join ran: when
     results: list[bool] = []
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         while True:
             for node, asked in take_requests(requests, set(launched), log):
-                if node in running:  # asked again while it joins: the join answers both
+                if node in running:
+                    again[node] = asked
                     continue
                 running[node] = pool.submit(join, join_dir, node, launched[node], timeout,
                                             resume_fail, log, asked=asked)
             for node in [n for n, f in running.items() if f.done()]:
-                results.append(running.pop(node).result())
+                ok = running.pop(node).result()
+                results.append(ok)
+                if node in again and not ok and resuming(node):
+                    running[node] = pool.submit(join, join_dir, node, launched[node],
+                                                timeout, resume_fail, log, asked=again[node])
+                again.pop(node, None)
             if not running:
                 return all(results)
             sleep(POLL_S)
