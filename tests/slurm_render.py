@@ -84,7 +84,8 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
     False: no play that sets the compute nodes' facts (an inventory whose nodes all have
     metalslurm_node_options needs none)."""
     handlers = [{"name": topic, "listen": topic, "ansible.builtin.debug": {"msg": topic}}
-                for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart")]
+                for topic in ("metalslurm:slurm-reconfigure", "metalslurm:slurmctld-restart",
+                              "metalslurm:systemd-reload")]
     facts_play = {"name": "Give the static compute nodes their facts", "hosts": "slurm_compute",
                   "gather_facts": False, "tasks": [set_facts_task(NODE_FACTS)]}
     if static_prolog:  # as monitoring_node publishes it on the nodes that are up (the static ones)
@@ -103,7 +104,8 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
                        REPO / "roles/slurm_controller/tasks/render.yml"),
                    "vars": {"slurm_controller_slurm_release": "{{ item }}",
                             "slurm_common_conf_dir": f"{tmp_path}/{{{{ item }}}}",
-                            "slurm_common_state_dir": f"{tmp_path}/{{{{ item }}}}"},
+                            "slurm_common_state_dir": f"{tmp_path}/{{{{ item }}}}",
+                            "__slurm_controller_dropin_dir": f"{tmp_path}/{{{{ item }}}}"},
                    "loop": list(releases)}],
         "handlers": handlers}]
     for release in releases:

@@ -126,6 +126,47 @@ def test_a_slurmctld_restart_while_a_node_resumes_loses_no_job(cluster):
     wait_for("gpu-003 to power down again", cluster.all_powered_down, timeout=POWER_DOWN_WITHIN)
 
 
+def test_what_slurmctlds_scripts_started_outlives_its_restart(cluster):
+    """The power programs' workers detach from ResumeProgram (double fork, setsid) but stay
+    in slurmctld's control group: a restart of slurmctld that killed the whole group killed
+    a resume before it powered the machine on (seen in CI: the node then waited out
+    ResumeTimeout powering up, and its job more than 240 s). A stand-in worker in that group,
+    in flight through the restart; slurmctld and its slurmscriptd are new after it."""
+    group = cluster.ctl("systemctl show --property=ControlGroup --value slurmctld").stdout.strip()
+    # systemd's own hierarchy: cgroup v1's name=systemd one where the host has it, else v2's.
+    procs = (f"$(d=/sys/fs/cgroup/systemd{group}; [ -d $d ] || d=/sys/fs/cgroup{group}; "
+             "echo $d/cgroup.procs)")
+
+    def members() -> dict[str, str]:
+        """{command: pid} of the processes in the group."""
+        out = cluster.ctl(f"ps -o pid=,args= -p \"$(paste -sd, {procs})\"").stdout
+        return {args: pid for pid, args in (line.split(None, 1)
+                                            for line in out.strip().splitlines())}
+
+    daemons = {"/usr/sbin/slurmctld --systemd", "slurmctld: slurmscriptd"}
+    before = members()
+    assert set(before) == daemons, before
+    pid = cluster.ctl(f"setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! && "
+                      f"echo $! > {procs}").stdout.strip()
+
+    def restarted() -> dict[str, str] | None:
+        now = members()
+        return now if set(now) == daemons | {"sleep 600"} else None
+
+    try:
+        assert any(line.endswith(f":{group}") for line in
+                   cluster.ctl(f"cat /proc/{pid}/cgroup").stdout.splitlines())
+        cluster.ctl("systemctl restart slurmctld")
+        # The stand-in still runs; the daemons are new ones (none of the old left behind).
+        after = wait_for("slurmctld and its slurmscriptd after the restart", restarted,
+                         timeout=60, every=1)
+        assert after["sleep 600"] == pid, after
+        assert not {after[d] for d in daemons} & {before[d] for d in daemons}, (before, after)
+        assert cluster.ctl("systemctl is-active slurmctld").stdout.strip() == "active"
+    finally:
+        cluster.ctl(f"kill {pid}", check=False)
+
+
 def test_a_configure_limited_by_tags_sets_powered_down_nodes_aside(cluster):
     """'configure --tags configure' with both elastic nodes powered down: the probe that
     sets them aside runs under any tag, so the run completes without touching them."""

@@ -33,6 +33,8 @@ from tests.e2e.cluster import (
 )
 
 CLUSTER = "ms-e2e13"
+# The drop-in slurm_controller gives slurmctld's unit (KillMode=process).
+SLURMCTLD_DROPIN = "/etc/systemd/system/slurmctld.service.d/metalslurm.conf"
 NODES = ["ctl", "gpu-001", "gpu-002", "gpu-003", "gpu-004",  # gpu-003, gpu-004: elastic
          "login-001"]
 # The verify suite's skips here: per-host checks of the powered-down elastic nodes, the
@@ -383,17 +385,20 @@ def test_what_the_slurm_roles_find_changed_by_hand_is_repaired_on_that_node_alon
     """slurm_controller, slurm_pam_adopt and slurm_login read a converged node once and
     include their write tasks only where something differs (slurm_compute's repair is the
     test above): each change below is put back by the next run, and nothing else runs."""
-    up.ctl("echo '# changed by hand' >> /etc/slurm/slurm.conf && chmod 0600 /etc/slurm/mpi.conf")
+    up.ctl("echo '# changed by hand' >> /etc/slurm/slurm.conf && chmod 0600 /etc/slurm/mpi.conf "
+           f"&& rm {SLURMCTLD_DROPIN} && systemctl daemon-reload")
     up.on("gpu-001", "sed -i '/BEGIN metalslurm: pam_access/,/END metalslurm: pam_access/d' "
                      "/etc/pam.d/sshd")
     result = run_playbook(up.inventory, out=lambda _line: None)
     assert result.ok, result.failures
     assert changed_by_host(result) == {
         "ctl": ["Write slurm.conf", "Write mpi.conf (the PMIx plugin's settings)",
-                "Reconfigure Slurm"],
+                "Let what slurmctld's scripts started outlive its restarts (KillMode=process)",
+                "Reload systemd's units", "Reconfigure Slurm"],
         "gpu-001": ["Put pam_access and pam_slurm_adopt in sshd's account stack"]}
     assert "by hand" not in up.ctl("cat /etc/slurm/slurm.conf").stdout
     assert up.ctl("stat -c %a /etc/slurm/mpi.conf").stdout.strip() == "644"
+    assert up.ctl("systemctl show --property=KillMode --value slurmctld").stdout == "process\n"
     assert up.on("gpu-001", "grep -c '^account *required *pam_slurm_adopt.so' "
                             "/etc/pam.d/sshd").stdout.strip() == "1"
     # sackd's copy on the login node, stale (as after a slurmctld restart forgot the node).

@@ -59,6 +59,13 @@ def gpu_probe_command():
     return f"python3 -c \"import base64; exec(base64.b64decode('{encoded}'))\""
 
 
+def test_a_stop_of_slurmctld_signals_slurmctld_alone(controller):
+    """What slurmctld's scripts started and detached (the power programs' workers powering
+    a machine on or off) is not killed midway by a restart of slurmctld."""
+    assert controller.check_output(
+        "systemctl show --property=KillMode --value slurmctld") == "process"
+
+
 def test_gpu_job_sees_and_opens_only_its_allocated_gpus(controller, cluster, gpu_probe_command):
     gpu_nodes = [n for n in cluster.gpu_nodes() if n in cluster.job_nodes]
     if not gpu_nodes:
