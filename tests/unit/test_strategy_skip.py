@@ -269,7 +269,11 @@ def test_the_outcome_is_ansibles_own_linear_strategys(runs):
 
 def test_the_cases_a_review_found_end_as_with_ansibles_own_linear_strategy(runs):
     rc, lines, _, _ = runs["mitogen_linear", "review.yml"]
-    assert (rc, lines) == runs["linear", "review.yml"][:2]
+    linear_rc, linear_lines, _, _ = runs["linear", "review.yml"]
+    # Under linear a host's worker sees h0's fact when h0's result was read while the others
+    # were still being queued: a race in Ansible's own strategy (one host saw it in a loaded
+    # run). Under this one no host does: answers reach the queue when the strategy waits.
+    assert (rc, without_peeks(lines)) == (linear_rc, without_peeks(linear_lines))
     # The play stops at the throttle (exit 1, no recap), after h1-h3 failed the block.
     assert rc == 1 and not [line for line in lines if "ok=" in line]
     assert lines.count("    msg: address seen") == 4 and lines.count("    msg: peek=unset") == 4
@@ -277,6 +281,10 @@ def test_the_cases_a_review_found_end_as_with_ansibles_own_linear_strategy(runs)
     assert [line for line in lines if line.startswith("fatal: ")] == [
         "fatal: [h1]: FAILED! => ", "fatal: [h2]: FAILED! => ", "fatal: [h3]: FAILED! => "]
     assert lines.count("    msg: in the block") == 1
+
+
+def without_peeks(lines: list[str]) -> list[str]:
+    return [line for line in lines if not line.startswith("    msg: peek=")]
 
 
 def test_a_false_condition_and_a_controller_side_task_run_in_ansible_playbook(runs):
