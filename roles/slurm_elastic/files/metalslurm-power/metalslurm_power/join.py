@@ -216,19 +216,22 @@ def serve(requests: Path, join_dir: Path, launched: dict[str, str], timeout: flo
     again: dict[str, float] = {}  # asked again while its join ran: when
     results: list[bool] = []
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+
+        def start(node: str, asked: float) -> None:
+            running[node] = pool.submit(join, join_dir, node, launched[node], timeout,
+                                        resume_fail, log, asked=asked)
+
         while True:
             for node, asked in take_requests(requests, set(launched), log):
                 if node in running:
                     again[node] = asked
-                    continue
-                running[node] = pool.submit(join, join_dir, node, launched[node], timeout,
-                                            resume_fail, log, asked=asked)
+                else:
+                    start(node, asked)
             for node in [n for n, f in running.items() if f.done()]:
                 ok = running.pop(node).result()
                 results.append(ok)
                 if node in again and not ok and resuming(node):
-                    running[node] = pool.submit(join, join_dir, node, launched[node],
-                                                timeout, resume_fail, log, asked=again[node])
+                    start(node, again[node])
                 again.pop(node, None)
             if not running:
                 return all(results)
