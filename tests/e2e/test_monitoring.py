@@ -188,25 +188,45 @@ def wait_for_alert(cluster, alertname: str, status: str, node: str) -> dict:
 
 def test_the_exporter_sees_every_node_and_gpu(cluster):
     """The exporter refreshes on its own interval: its view is compared with sinfo's until
-    they agree (or the wait ends), then checked."""
+    they agree and the cluster has settled (an earlier module's `scontrol reconfigure` leaves
+    nodes flagged for a while), then checked."""
     def views():
         samples = metrics(cluster)
         states = cluster.ctl("sinfo --noheader --Node --partition=train --format='%N %T'").stdout
         slurm_view = dict(line.split() for line in states.splitlines())
-        sleeping = {dict(lbl)["node"] for lbl, v in
-                    matching(samples, "slurm_node_flag", flag="powered_down").items() if v == 1}
-        return samples, slurm_view, sleeping
+        flags = {}
+        for lbl, v in matching(samples, "slurm_node_flag").items():
+            if v == 1:
+                flags.setdefault(dict(lbl)["node"], set()).add(dict(lbl)["flag"])
+        exported = {dict(lbl)["node"]: dict(lbl)["state"]
+                    for lbl, v in matching(samples, "slurm_node_state").items() if v == 1}
+        return samples, slurm_view, flags, exported
 
-    wait_for("the exporter to flag the nodes sinfo shows powered down", lambda: (
-        lambda v: v[2] == {n for n, s in v[1].items() if s.endswith("~")})(views()), timeout=90)
-    samples, slurm_view, sleeping = views()
+    # Flags that make a node's free GPUs unavailable (the metric's help text).
+    unusable = {"drain", "not_responding", "powered_down", "powering_up", "powering_down",
+                "fail"}
+
+    def settled(view):
+        _, slurm_view, flags, exported = view
+        # Every node idle on both sides: awake ones with no such flag, sleeping ones (idle~)
+        # with powered_down alone.
+        return set(exported) == set(slurm_view) and all(
+            exported[n] == "idle" and s in ("idle", "idle~")
+            and flags.get(n, set()) & unusable == ({"powered_down"} if s == "idle~" else set())
+            for n, s in slurm_view.items())
+
+    samples, slurm_view, flags, exported = wait_for(
+        "sinfo and the exporter to show every node idle, the same nodes powered down",
+        lambda: (lambda v: settled(v) and v)(views()), timeout=120)
     assert value(samples, "slurm_up") == 1
-    exported = {dict(lbl)["node"] for lbl in matching(samples, "slurm_node_state")}
-    assert exported == set(slurm_view) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004"}
+    assert set(exported) == set(slurm_view) == {"gpu-001", "gpu-002", "gpu-003", "gpu-004"}
     # The elastic pair sleeps (idle~): their GPUs count, and are unavailable.
-    assert sleeping == {n for n, s in slurm_view.items() if s.endswith("~")}
+    sleeping = {n for n, f in flags.items() if "powered_down" in f}
+    assert sleeping == {n for n, s in slurm_view.items() if s == "idle~"}
     assert value(samples, "slurm_gpus", status="total", type="h100") == 32
+    assert value(samples, "slurm_gpus", status="allocated", type="h100") == 0
     assert value(samples, "slurm_gpus", status="unavailable", type="h100") == 8 * len(sleeping)
+    assert value(samples, "slurm_gpus", status="idle", type="h100") == 32 - 8 * len(sleeping)
 
 
 def test_a_stopped_slurmd_is_alerted_and_resolved(cluster):
