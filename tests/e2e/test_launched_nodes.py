@@ -103,7 +103,10 @@ def run_a_job(cluster: LocalStack, label: str,
     [[start, nodelist]] = cluster.sacct_rows(job, "Start,NodeList")
     assert nodelist == NODE
     power_on = cluster.power_events("power_on", NODE, ok=True)[-1]
-    joined = cluster.power_events("join_end", NODE, ok=True)[-1]
+    # The job can end before the join does (the join's roles after slurm_compute).
+    joined = wait_for("the join's end", lambda: [
+        e for e in cluster.power_events("join_end", NODE, ok=True) if e["t"] > power_on["t"]],
+        timeout=120)[-1]
     with TIMINGS.open("a") as out:
         out.write(f"{time.strftime('%H:%M:%S')} {label}: machine made {power_on['duration_s']} s, "
                   f"joined in {joined['duration_s']} s, submit to start "
@@ -144,6 +147,14 @@ def test_a_job_makes_the_machine_which_joins_and_runs_it(cluster):
     first = run_a_job(cluster, "first resume", while_running=the_machine)
     assert first
     MADE.append(first)
+    # The new machine's sshd named pam_slurm_adopt before its slurmd first started: a node
+    # takes jobs once registered, and never while a user without one could log in.
+    log = cluster.ctl(f"cat {JOIN_DIR}/logs/{NODE}.log").stdout
+    pam = log.index("TASK [slurm_pam_adopt : Put pam_access and pam_slurm_adopt in sshd's "
+                    "account stack]")
+    slurmd = log.index("TASK [slurm_compute : Register the node")
+    assert pam < slurmd
+    assert log[pam:].splitlines()[1] == f"changed: [{NODE}]", log[pam:pam + 300]
 
 
 def test_a_suspend_removes_the_machine_and_the_next_job_makes_a_new_one(cluster):
@@ -186,16 +197,27 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     assert "Restarts=1 " in restarts, restarts
     # What happened to the node since the key was replaced, in order: a machine made, its
     # join failed, ResumeFailProgram powered it off; Slurm resumed the node again for the
-    # job, a machine made anew joined.
-    lines = cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines()[seen:]
-    events = [json.loads(line) for line in lines if line.startswith("{")]
-    steps = [(e["program"], e["event"], e.get("ok")) for e in events
+    # job, a machine made anew joined. The job can end before the join does: the node
+    # takes it once registered, and the join's playbook goes on with the roles after
+    # slurm_compute (pam_slurm_adopt), seconds on a loaded machine.
+    def since_key() -> list[dict]:
+        lines = cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines()[seen:]
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    events = wait_for("the second join's end", lambda: (lambda ev: any(
+        e.get("node") == NODE and e["event"] == "join_end" and e.get("ok") for e in ev)
+        and ev)(since_key()), timeout=120)
+    shown = [e for e in events
              if e.get("node") == NODE and (e["event"] in ("power_on", "join_end")
                                            or (e["program"], e["event"]) == ("resume-fail",
                                                                              "power_off"))]
+    steps = [(e["program"], e["event"], e.get("ok")) for e in shown]
     assert steps == [("resume", "power_on", True), ("join", "join_end", False),
                      ("resume-fail", "power_off", True), ("resume", "power_on", True),
-                     ("join", "join_end", True)], events
+                     ("join", "join_end", True)], (
+        # First and short: pytest's summary line keeps the start of the message.
+        " ".join(f"{e['ts'][11:19]}:{e['program']}:{e['event']}:{e.get('ok')}"
+                 for e in shown), events)
     assert [e["jobs"] for e in events if e["event"] == "invoked"
             and e["program"] == "resume"] == [[{"job_id": int(job), "nodes": NODE}]] * 2
     wait_for(f"{NODE} powered down again", lambda: container_id() == "",
