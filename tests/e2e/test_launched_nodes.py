@@ -191,6 +191,11 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     log = re.search(r"\(see (\S+)\)$", error).group(1)
     assert "ctl, which serves a Slurm cluster, holds another munge key than" in " ".join(
         cluster.ctl(f"cat {log}").stdout.split()), error
+    # Requeued once ResumeFailProgram forced the node down (the job CONFIGURING until then),
+    # then held about 2 minutes (BeginTime): let go as soon as it is pending again.
+    wait_for(f"job {job} requeued", lambda: cluster.job_field(job, "%T") == "PENDING"
+             and "Restarts=1 " in cluster.ctl(f"scontrol show job {job}").stdout, timeout=120,
+             every=0.5)
     cluster.release_requeued(job, within=60)
     assert cluster.wait_until_done(job, timeout=RESUME_WITHIN) == "COMPLETED"
     restarts = cluster.ctl(f"scontrol show job {job}").stdout
