@@ -147,13 +147,15 @@ def test_a_job_makes_the_machine_which_joins_and_runs_it(cluster):
     first = run_a_job(cluster, "first resume", while_running=the_machine)
     assert first
     MADE.append(first)
-    # The new machine's sshd named pam_slurm_adopt before its slurmd first started: a node
-    # takes jobs once registered, and never while a user without one could log in.
+    # The new machine's sshd named pam_slurm_adopt right after its accounts were made (common),
+    # before munge, the shared storage and slurmd: no user without a job there got a shell
+    # during the join that would outlast it into the node's jobs.
     log = cluster.ctl(f"cat {JOIN_DIR}/logs/{NODE}.log").stdout
     pam = log.index("TASK [slurm_pam_adopt : Put pam_access and pam_slurm_adopt in sshd's "
                     "account stack]")
-    slurmd = log.index("TASK [slurm_compute : Register the node")
-    assert pam < slurmd
+    accounts = log.index("TASK [common : ")
+    assert accounts < pam < log.index("TASK [munge : ") < log.index(
+        "TASK [slurm_compute : Register the node")
     assert log[pam:].splitlines()[1] == f"changed: [{NODE}]", log[pam:pam + 300]
 
 
