@@ -82,6 +82,15 @@ def seconds(stamp: str) -> float:
 RELEASE = "/run/metalslurm-e2e-release"
 
 
+def join_ended_after(cluster: LocalStack, t: float) -> dict:
+    """The node's first successful join_end after ``t``, waited for: its job can end before
+    the join logs its end (the node takes the job once registered; the join checks the
+    registration and ends its playbook after that, seconds on a loaded machine)."""
+    return wait_for("the join's end", lambda: [
+        e for e in cluster.power_events("join_end", NODE, ok=True) if e["t"] > t],
+        timeout=120)[0]
+
+
 def run_a_job(cluster: LocalStack, label: str,
               while_running: Callable[[], None] = lambda: None) -> str:
     """A job on the powered-down node; returns the id of the container it ran in, taken
@@ -103,10 +112,7 @@ def run_a_job(cluster: LocalStack, label: str,
     [[start, nodelist]] = cluster.sacct_rows(job, "Start,NodeList")
     assert nodelist == NODE
     power_on = cluster.power_events("power_on", NODE, ok=True)[-1]
-    # The job can end before the join does (the join's roles after slurm_compute).
-    joined = wait_for("the join's end", lambda: [
-        e for e in cluster.power_events("join_end", NODE, ok=True) if e["t"] > power_on["t"]],
-        timeout=120)[-1]
+    joined = join_ended_after(cluster, power_on["t"])
     with TIMINGS.open("a") as out:
         out.write(f"{time.strftime('%H:%M:%S')} {label}: machine made {power_on['duration_s']} s, "
                   f"joined in {joined['duration_s']} s, submit to start "
@@ -189,7 +195,8 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
                  timeout=RESUME_WITHIN)
     finally:
         cluster.ctl(f"mv -f {key}.good {key}", check=False)
-    error = cluster.power_events("join_end", NODE, ok=False)[-1]["error"]
+    failed = cluster.power_events("join_end", NODE, ok=False)[-1]
+    error = failed["error"]
     log = re.search(r"\(see (\S+)\)$", error).group(1)
     assert "ctl, which serves a Slurm cluster, holds another munge key than" in " ".join(
         cluster.ctl(f"cat {log}").stdout.split()), error
@@ -204,16 +211,10 @@ def test_a_machine_that_cannot_join_is_powered_off_and_returned(cluster):
     assert "Restarts=1 " in restarts, restarts
     # What happened to the node since the key was replaced, in order: a machine made, its
     # join failed, ResumeFailProgram powered it off; Slurm resumed the node again for the
-    # job, a machine made anew joined. The job can end before the join does: the node
-    # takes it once registered, and the join's playbook goes on with the roles after
-    # slurm_compute (pam_slurm_adopt), seconds on a loaded machine.
-    def since_key() -> list[dict]:
-        lines = cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines()[seen:]
-        return [json.loads(line) for line in lines if line.startswith("{")]
-
-    events = wait_for("the second join's end", lambda: (lambda ev: any(
-        e.get("node") == NODE and e["event"] == "join_end" and e.get("ok") for e in ev)
-        and ev)(since_key()), timeout=120)
+    # job, a machine made anew joined.
+    join_ended_after(cluster, failed["t"])
+    lines = cluster.ctl(f"cat {POWER_LOG}").stdout.splitlines()[seen:]
+    events = [json.loads(line) for line in lines if line.startswith("{")]
     shown = [e for e in events
              if e.get("node") == NODE and (e["event"] in ("power_on", "join_end")
                                            or (e["program"], e["event"]) == ("resume-fail",
