@@ -38,7 +38,7 @@ EXIT_FAILED = 1  # a provider, podman or image step failed, with a message sayin
 
 def cmd_local_up(args: argparse.Namespace) -> int:
     return local.up(args.stack, configure=not args.no_configure, verify=not args.no_verify,
-                    verbose=args.verbose)
+                    verbose=args.verbose, drain_wait=args.drain_wait)
 
 
 def cmd_local_down(args: argparse.Namespace) -> int:
@@ -211,6 +211,9 @@ def _add_local(sub: _Commands) -> None:
     up.add_argument("--no-configure", action="store_true", help="only create the nodes")
     up.add_argument("--no-verify", action="store_true", help="skip the testinfra suite")
     up.add_argument("-v", "--verbose", action="store_true", help="print every changed task")
+    up.add_argument("--drain-wait", type=float, default=None, metavar="SECONDS",
+                    help="how long to wait for the jobs on nodes the config no longer "
+                    "has (drained first) before refusing; default 0")
     up.set_defaults(func=cmd_local_up)
     down = local_sub.add_parser("down", help="remove the local cluster")
     down.add_argument("--stack", type=Path, default=DEFAULT_STACK, help=stack_help)

@@ -79,12 +79,15 @@ def node_images(cfg: ClusterConfig, cluster: LocalCluster, *,
 
 
 def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = True,
-             verify: bool = True, verbose: bool = False) -> tuple[int, dict[str, float]]:
+             verify: bool = True, verbose: bool = False,
+             drain_wait: float | None = None) -> tuple[int, dict[str, float]]:
     """Image, nodes, inventory, configure, verify: what 'metalslurm local up' does, with the
-    time of each phase (bench/bench_up.py runs the same steps)."""
+    time of each phase (bench/bench_up.py runs the same steps). Nodes the config no longer
+    has leave only once no job runs there (``drain_wait``: LocalCluster.provision, its
+    default when None)."""
     from infra.ops.configure import heartbeat_for, print_summary, run_playbook
     from infra.ops.verify import run_verify
-    from infra.providers.local import write_local_inventory
+    from infra.providers.local import DRAIN_WAIT_S, write_local_inventory
     from infra.stack.state import (
         ensure_cluster_secrets,
         write_alert_secrets_file,
@@ -96,7 +99,8 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     with phase("image", timings):
         image, images = node_images(cfg, cluster, prepared=cfg.local.prepared_images)
     with phase("nodes", timings):
-        cluster.provision(image, images)
+        cluster.provision(image, images,
+                          drain_wait=DRAIN_WAIT_S if drain_wait is None else drain_wait)
         secret_files = ensure_cluster_secrets(cluster.state)
         if cfg.containers.enabled and cfg.containers.credentials_file:
             secret_files |= write_credentials_file(cluster.state, cfg.containers.credentials_file)
@@ -131,10 +135,16 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
 
 
 def up(stack_file: Path, *, configure: bool = True, verify: bool = True,
-       verbose: bool = False) -> int:
+       verbose: bool = False, drain_wait: float | None = None) -> int:
     """``metalslurm local up``: :func:`local_up` on the stack's cluster, then its timings."""
+    from infra.ops.preflight import checked_wait
+    from infra.providers.local import DRAIN_WAIT_MAX_S, DRAIN_WAIT_S
+
+    wait = checked_wait(drain_wait, DRAIN_WAIT_S, DRAIN_WAIT_MAX_S, "--drain-wait",
+                        "the jobs on nodes leaving the cluster")
     cfg, cluster = local_cluster(stack_file, check_artifacts=True)  # errors stop here
-    rc, timings = local_up(cfg, cluster, configure=configure, verify=verify, verbose=verbose)
+    rc, timings = local_up(cfg, cluster, configure=configure, verify=verify, verbose=verbose,
+                           drain_wait=wait)
     total = sum(timings.values())
     say("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
         + f", total {total:.1f} s")

@@ -714,7 +714,7 @@ def become_password(become_password_file: Path | None, ask_become_pass: bool) ->
     return None
 
 
-def _checked_wait(value: float | None, default: float, maximum: float, option: str,
+def checked_wait(value: float | None, default: float, maximum: float, option: str,
                   what: str) -> float:
     """A --*-wait option, or its default; an InputError outside 0..maximum (NaN too)."""
     value = default if value is None else value
@@ -726,12 +726,12 @@ def _checked_wait(value: float | None, default: float, maximum: float, option: s
 
 def checked_lock_wait(lock_wait: float | None) -> float:
     """--lock-wait, or its default."""
-    return _checked_wait(lock_wait, LOCK_WAIT_S, LOCK_WAIT_MAX_S, "--lock-wait", "apt's lock")
+    return checked_wait(lock_wait, LOCK_WAIT_S, LOCK_WAIT_MAX_S, "--lock-wait", "apt's lock")
 
 
 def checked_ssh_wait(ssh_wait: float | None) -> float:
     """--ssh-wait, or its default."""
-    return _checked_wait(ssh_wait, SSH_WAIT_S, SSH_WAIT_MAX_S, "--ssh-wait",
+    return checked_wait(ssh_wait, SSH_WAIT_S, SSH_WAIT_MAX_S, "--ssh-wait",
                          "an unreachable host's sshd")
 
 

@@ -87,6 +87,37 @@ class LocalProviderError(RuntimeError):
     pass
 
 
+# A node removed from the stack config is drained with this reason before its machine goes
+# (LocalCluster.drain_leaving_nodes); one put back in the config before it went is resumed.
+LEAVING_REASON = "metalslurm: leaving the cluster (removed from the stack config)"
+# How often 'up' asks Slurm again while it waits (--drain-wait) for a leaving node's jobs.
+DRAIN_POLL_S = 5.0
+# --drain-wait: by default 'up' refuses at once while a leaving node runs a job.
+DRAIN_WAIT_S = 0.0
+DRAIN_WAIT_MAX_S = 7 * 24 * 3600.0
+
+
+class LeavingNodesBusy(LocalProviderError):
+    """Jobs still run on nodes that are leaving the cluster: nothing was removed."""
+
+
+def leaving_refusal(nodes: list[str], jobs: list[str], wait_s: float) -> str:
+    """The refusal for ``jobs`` (squeue lines ``ID|USER|STATE|NODELIST``) still on the
+    leaving ``nodes`` once ``wait_s`` seconds (--drain-wait) have passed."""
+    described = "; ".join(f"job {i} ({user}, {state.lower()} on {where})"
+                          for i, user, state, where in (j.split("|", 3) for j in jobs))
+    names = ",".join(nodes)
+    one = len(nodes) == 1
+    waited = f" after a wait of {wait_s:.0f} s" if wait_s > 0 else ""
+    return (f"{names} {'is' if one else 'are'} no longer in the stack config but still "
+            f"{'runs' if len(jobs) == 1 else 'run'} {described}{waited}: nothing was removed. "
+            f"{names} {'is' if one else 'are'} drained ('{LEAVING_REASON}'), so no new job "
+            "starts there. Run 'local up' again once those jobs end, or with --drain-wait "
+            f"SECONDS to wait for them, or cancel them (scancel); to keep {names}, put "
+            f"{'it' if one else 'them'} back in the stack config and run 'local up', which "
+            f"resumes {'it' if one else 'them'}.")
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -606,6 +637,60 @@ class LocalCluster:
                    "state=POWER_DOWN", "reason=metalslurm local up: idle after configure")
         return idle
 
+    def leaving_nodes(self, specs: list[NodeSpec]) -> list[str]:
+        """The nodes of this cluster's containers that the config no longer has."""
+        wanted = {s.name for s in specs}
+        return sorted({node for c in containers([f"{LABEL}={self.plan.cluster_name}"])
+                       if (node := c.get("Labels", {}).get("metalslurm.node"))
+                       and node not in wanted})
+
+    def drain_leaving_nodes(self, specs: list[NodeSpec], wait_s: float = DRAIN_WAIT_S,
+                            poll_s: float = DRAIN_POLL_S) -> list[str]:
+        """Before a node's machine is removed: drain the leaving nodes Slurm knows, so no new
+        job starts there, and wait up to ``wait_s`` for the jobs on them to end; raise
+        LeavingNodesBusy naming the jobs left (nothing removed, the nodes stay drained for
+        the next run). A node back in the config that this drained is resumed. Nothing to
+        ask without a running controller (a cluster being made, or taken down)."""
+        leaving = self.leaving_nodes(specs)
+        if not self.running(self.plan.controller):
+            return leaving
+        ctl = self.container(self.plan.controller)
+        asked = podman("exec", ctl, "sinfo", "--noheader", "--Node", "--format=%N|%E",
+                       check=False)
+        if asked.returncode != 0:
+            # 127: no Slurm on the controller yet (never configured), so no job anywhere.
+            # Otherwise slurmctld does not answer: nothing says the leaving nodes are idle
+            # ('up' still repairs a cluster whose slurmctld is down when no node leaves).
+            if leaving and asked.returncode != 127:
+                raise LocalProviderError(
+                    f"cannot ask Slurm whether jobs run on {','.join(leaving)}, which "
+                    f"{'is' if len(leaving) == 1 else 'are'} no longer in the stack config: "
+                    f"{' '.join(asked.stderr.split()) or 'sinfo failed'}; nothing was "
+                    "removed. Start slurmctld (or run 'local up' with those nodes still in "
+                    "the config, which repairs it), then run 'local up' again.")
+            return leaving
+        reason = dict(line.split("|", 1) for line in asked.stdout.splitlines() if "|" in line)
+        back = sorted(n for n in {s.name for s in specs} if reason.get(n) == LEAVING_REASON)
+        if back:
+            podman("exec", ctl, "scontrol", "update", f"nodename={','.join(back)}",
+                   "state=RESUME")
+            self.log(f"resuming nodes back in the config: {', '.join(back)}")
+        nodes = [n for n in leaving if n in reason]
+        if not nodes:
+            return leaving
+        podman("exec", ctl, "scontrol", "update", f"nodename={','.join(nodes)}",
+               "state=DRAIN", f"reason={LEAVING_REASON}")
+        started = time.monotonic()
+        while jobs := podman("exec", ctl, "squeue", "--noheader", f"--nodelist={','.join(nodes)}",
+                             "--format=%i|%u|%T|%N").stdout.split():
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                raise LeavingNodesBusy(leaving_refusal(nodes, jobs, wait_s))
+            self.log(f"waiting for {len(jobs)} job(s) on leaving nodes {', '.join(nodes)} "
+                     f"({waited:.0f} of {wait_s:.0f} s)")
+            time.sleep(min(poll_s, wait_s - waited))
+        return leaving
+
     def remove_nodes_not_in(self, specs: list[NodeSpec]) -> list[str]:
         """Remove this cluster's containers for nodes the config no longer has."""
         wanted = {s.name for s in specs}
@@ -634,12 +719,16 @@ class LocalCluster:
         raise LocalProviderError(f"node {spec.name} ({spec.address}): sshd did not answer in "
                                  f"{SSH_WAIT_SECONDS} s ({last}); see 'podman logs {name}'")
 
-    def provision(self, image: str, images: Mapping[str, str] | None = None) -> None:
+    def provision(self, image: str, images: Mapping[str, str] | None = None,
+                  drain_wait: float = DRAIN_WAIT_S) -> None:
         """Create network and nodes (in parallel) and known_hosts. Safe to re-run.
 
         ``images``: a prepared image per node kind (infra/providers/prepared.py); a node
-        whose kind has none starts from ``image``."""
+        whose kind has none starts from ``image``. Nodes the config no longer has are
+        drained first and removed once no job runs there (``drain_wait``: how long to wait
+        for their jobs before refusing, with nothing changed)."""
         specs = self.specs()
+        self.drain_leaving_nodes(specs, drain_wait)
         self.ensure_ssh_key()
         self.ensure_shared_dirs()
         self.ensure_host_ca()

@@ -3,10 +3,11 @@ a configure that names no key file refused before munge is touched), a multi-nod
 an MPI job and a container step from the login node (the controller's configuration copied
 there: 22.05 has no sackd), the REST API (slurmrestd 22.05 with JWT, on the login node),
 the verify suite, a second configure with nothing to change, Prometheus moved to another
-node and monitoring turned off and on, scaling down, a lost state
-directory, and 'down' removing everything. This module brings up and removes its own
-cluster, on the cold path (from the bare Debian 12 image): its one cold configure follows
-the lost state directory's recovery, which recreates every node from that image."""
+node and monitoring turned off and on, scaling down (refused while a job runs on the node
+that leaves, then waited for), a lost state directory, and 'down' removing everything.
+This module brings up and removes its own cluster, on the cold path (from the bare Debian
+12 image): its one cold configure follows the lost state directory's recovery, which
+recreates every node from that image."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from infra.ops.configure import run_playbook
+from infra.providers.local import LEAVING_REASON
 from tests.e2e.cluster import (
     BUILD_IMAGE,
     IMAGE,
@@ -302,19 +304,37 @@ def test_moving_prometheus_and_turning_monitoring_off_stop_what_no_longer_runs(c
 
 
 def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path):
-    """A pool shrunk in the stack config: 'up' removes the extra container and the next
-    configure restarts Slurm with the shorter node list. That configure is also the one
-    after the test above turned monitoring off (it runs with the stack's settings): all of
-    it runs on the controller again, gpu-001's Prometheus stays stopped and its
-    node_exporter runs again, and slurm.conf names the GPU prolog again."""
+    """A pool shrunk in the stack config while carol's job runs on the node that leaves:
+    'up' drains it and refuses, naming the job, with nothing removed and the inventory
+    unchanged; run again with --drain-wait it waits for the job's end, then removes the
+    container. The next configure restarts Slurm with the shorter node list, and the job's
+    row stays in the accounting. That configure is also the one after the test above
+    turned monitoring off (it runs with the stack's settings): all of it runs on the
+    controller again, gpu-001's Prometheus stays stopped and its node_exporter runs again,
+    and slurm.conf names the GPU prolog again."""
     doc = yaml.safe_load(STACK.read_text())
     doc["config"]["metalslurm:computePools"][0]["count"] = 1
     # gpu-002's leaf goes with it (a leaf naming a node the cluster lacks is refused).
     doc["config"]["metalslurm:topology"]["leaves"].pop()
     smaller = tmp_path / STACK.name  # same stack name, so the same state directory
     smaller.write_text(yaml.safe_dump(doc))
-    proc = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")
+    job = node_sh(LOGIN, "cd /home/carol && runuser -u carol -- sbatch --parsable -w gpu-002 "
+                         "-o /dev/null --wrap='sleep 45'").split(";")[0]
+    wait_for(f"job {job} to run", lambda: node_sh("ctl", f"squeue -h -j {job} -o %T")
+             == "RUNNING", timeout=120)
+    inventory = INVENTORY.read_text()
+    refused = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")
+    assert refused.returncode == 1, refused.stdout[-2000:]
+    assert (f"gpu-002 is no longer in the stack config but still runs job {job} (carol, "
+            "running on gpu-002): nothing was removed.") in " ".join(refused.stderr.split())
+    assert len(cluster_containers(CLUSTER)) == 4
+    assert INVENTORY.read_text() == inventory
+    assert node_sh("ctl", "sinfo --noheader --Node --nodes=gpu-002 --format='%t|%E' "
+                          "| sort -u") == f"drng|{LEAVING_REASON}"
+    proc = metalslurm("local", "up", "--stack", str(smaller), "--no-configure",
+                      "--drain-wait", "300")
     assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "waiting for 1 job(s) on leaving nodes gpu-002" in proc.stdout
     assert "removing nodes no longer in the config: ms-e2e12-gpu-002" in proc.stdout
     assert cluster_containers(CLUSTER) == ["ms-e2e12-ctl", "ms-e2e12-gpu-001",
                                            "ms-e2e12-login-001"]
@@ -334,6 +354,9 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
         ["inactive disabled"] * 2
     assert node_sh("ctl", "grep -E '^Prolog=' /etc/slurm/slurm.conf") == \
         "Prolog=/usr/local/sbin/metalslurm-prolog"
+    # The node is gone from Slurm; its job's history is not.
+    assert node_sh("ctl", f"sacct --allocations --noheader --parsable2 --jobs={job} "
+                          "--format=User,State,NodeList") == "carol|COMPLETED|gpu-002"
 
 
 def test_down_removes_everything(configured):
