@@ -22,13 +22,10 @@ host-deps:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_NO_RECOMMENDS); \
 	fi
 
-# --no-compile: pip byte-compiles every file it installs, two thirds of its CPU time (107
-# CPU-s against 37 without, on a fresh clone), before any test can start; Python compiles
-# what is imported, once, on first use.
 $(VENV)/.installed: pyproject.toml constraints.txt ansible/collections/pyproject.toml \
 		roles/slurm_elastic/files/metalslurm-power/pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -c constraints.txt -e '.[dev]' -e ansible/collections \
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' -e ansible/collections \
 		-e roles/slurm_elastic/files/metalslurm-power
 	touch $@
 
