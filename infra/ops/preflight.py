@@ -715,7 +715,7 @@ def become_password(become_password_file: Path | None, ask_become_pass: bool) ->
 
 
 def checked_wait(value: float | None, default: float, maximum: float, option: str,
-                  what: str) -> float:
+                 what: str) -> float:
     """A --*-wait option, or its default; an InputError outside 0..maximum (NaN too)."""
     value = default if value is None else value
     if not 0 <= value <= maximum:
@@ -732,7 +732,7 @@ def checked_lock_wait(lock_wait: float | None) -> float:
 def checked_ssh_wait(ssh_wait: float | None) -> float:
     """--ssh-wait, or its default."""
     return checked_wait(ssh_wait, SSH_WAIT_S, SSH_WAIT_MAX_S, "--ssh-wait",
-                         "an unreachable host's sshd")
+                        "an unreachable host's sshd")
 
 
 def check(document: Mapping[str, Any], *, password: str | None, lock_wait: float,
