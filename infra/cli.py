@@ -73,10 +73,12 @@ def parse_extra_vars(items: list[str]) -> dict[str, object]:
 
 def cmd_configure(args: argparse.Namespace) -> int:
     from infra.ops.configure import heartbeat_for, print_summary, run_playbook
+    from infra.ops.preflight import become_password, checked_drain_wait
 
     extra_vars = parse_extra_vars(args.extra_vars)
+    if args.drain_wait is not None:
+        extra_vars["metalslurm_drain_wait"] = checked_drain_wait(args.drain_wait)
     load_inventory(args.inventory, "--inventory")
-    from infra.ops.preflight import become_password
 
     password = become_password(args.become_password_file, args.ask_become_pass)
     result = run_playbook(args.inventory, limit=args.limit, tags=args.tags, check=args.check,
@@ -120,8 +122,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from infra.ops.preflight import become_password
 
     return byo.up(args.stack, ssh_key=args.ssh_key, bmc_credentials=args.bmc_credentials,
-                  lock_wait=args.lock_wait, configure=not args.no_configure,
-                  verify=not args.no_verify,
+                  lock_wait=args.lock_wait, drain_wait=args.drain_wait,
+                  configure=not args.no_configure, verify=not args.no_verify,
                   password=become_password(args.become_password_file, args.ask_become_pass))
 
 
@@ -258,6 +260,9 @@ def _add_configure(sub: _Commands) -> None:
     conf.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
                       help="an Ansible extra variable (VALUE read as YAML); repeatable")
     conf.add_argument("-v", "--verbose", action="count", default=0)
+    conf.add_argument("--drain-wait", type=float, default=None, metavar="SECONDS",
+                      help="how long to wait for the jobs on nodes leaving the cluster "
+                      "(drained first) before refusing; default 0 (sets metalslurm_drain_wait)")
     _add_become_password(conf)
     conf.set_defaults(func=cmd_configure)
 
@@ -300,6 +305,9 @@ def _add_up(sub: _Commands) -> None:
                     help="the BMC credentials of elastic hosts (JSON)")
     up.add_argument("--lock-wait", type=float, default=None, metavar="SECONDS",
                     help="how long the pre-flight waits for apt's lock")
+    up.add_argument("--drain-wait", type=float, default=None, metavar="SECONDS",
+                    help="how long the configure waits for the jobs on hosts leaving the "
+                    "cluster (drained first) before refusing; default 0")
     _add_become_password(up)
     up.add_argument("--no-configure", action="store_true")
     up.add_argument("--no-verify", action="store_true")

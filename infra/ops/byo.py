@@ -22,7 +22,7 @@ from typing import Any
 
 from infra.ops.local import state_dir_for
 from infra.ops.output import phase, say
-from infra.ops.preflight import check, checked_lock_wait, checked_ssh_wait
+from infra.ops.preflight import check, checked_drain_wait, checked_lock_wait, checked_ssh_wait
 from infra.stack.byo_hosts import connection_vars, node_specs
 from infra.stack.config import SECRETS_AS_FILES, ClusterConfig, load_stack_file
 from infra.stack.inputs import InputError, read_text_argument
@@ -133,17 +133,20 @@ def preflight_stack(stack_file: Path, *, ssh_key: Path | None,
 
 
 def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,
-       lock_wait: float | None = None, configure: bool = True, verify: bool = True,
-       password: str | None = None) -> int:
+       lock_wait: float | None = None, drain_wait: float | None = None,
+       configure: bool = True, verify: bool = True, password: str | None = None) -> int:
     """``metalslurm up --stack FILE --ssh-key KEY``: pre-flight, inventory, configure,
     verify; ``password``: sudo's, for the pre-flight and the configure (verify's testinfra
-    cannot answer sudo's prompt: it is left to a run as root or a NOPASSWD user)."""
-    from infra.ops.configure import heartbeat_for, print_summary, run_playbook
+    cannot answer sudo's prompt: it is left to a run as root or a NOPASSWD user).
+    ``drain_wait``: how long the configure waits for the jobs on hosts the stack no longer
+    has before refusing (module_utils/slurm_leaving.py)."""
+    from infra.ops.configure import heartbeat_for, print_summary, run_playbook, stack_run_vars
     from infra.ops.verify import run_verify
 
     # every input checked before a host is reached
-    cfg, key, bmc = checked_inputs(stack_file, ssh_key, bmc_credentials)
     wait = checked_lock_wait(lock_wait)
+    leaving_wait = checked_drain_wait(drain_wait)
+    cfg, key, bmc = checked_inputs(stack_file, ssh_key, bmc_credentials)
     state = StateDir(state_dir_for(stack_file))
     timings: dict[str, float] = {}
     with phase("preflight", timings):
@@ -159,7 +162,8 @@ def up(stack_file: Path, *, ssh_key: Path, bmc_credentials: Path | None = None,
     if configure:
         with phase("configure", timings):
             result = run_playbook(state.inventory, out=None, heartbeat=heartbeat_for(say),
-                                  become_password=password)
+                                  become_password=password,
+                                  extra_vars=stack_run_vars(leaving_wait))
             print_summary(result, out=say)
         rc = result.rc
         if rc == 0 and verify and password is not None:

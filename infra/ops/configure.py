@@ -242,6 +242,17 @@ def venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
+def stack_run_vars(drain_wait: float | None) -> dict[str, Any]:
+    """Extra variables of a configure whose inventory is made from the stack config ('local
+    up', byo 'up'): no bound on the share of nodes that leave in one run (the stack config
+    says which leave; a stale or partial inventory cannot), and the wait for their jobs
+    when one was given (module_utils/slurm_leaving.py)."""
+    extra: dict[str, Any] = {"metalslurm_leaving_max_share": 1.0}
+    if drain_wait is not None:
+        extra["metalslurm_drain_wait"] = drain_wait
+    return extra
+
+
 def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  tags: str | None = None, check: bool = False, diff: bool = False,
                  verbosity: int = 0,

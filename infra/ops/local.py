@@ -85,9 +85,13 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
     time of each phase (bench/bench_up.py runs the same steps). Nodes the config no longer
     has leave only once no job runs there (``drain_wait``: LocalCluster.provision, its
     default when None)."""
-    from infra.ops.configure import heartbeat_for, print_summary, run_playbook
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
+        DRAIN_WAIT_S,
+    )
+
+    from infra.ops.configure import heartbeat_for, print_summary, run_playbook, stack_run_vars
     from infra.ops.verify import run_verify
-    from infra.providers.local import DRAIN_WAIT_S, write_local_inventory
+    from infra.providers.local import write_local_inventory
     from infra.stack.state import (
         ensure_cluster_secrets,
         write_alert_secrets_file,
@@ -118,8 +122,11 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
             if started:
                 say(f"    elastic nodes powered up to be configured: {', '.join(started)}")
             configured = cluster.running_elastic_nodes()
+            # The controller play drains and waits for leaving nodes too (a node Slurm
+            # still knows whose machine is already gone): with the same wait.
             result = run_playbook(inventory, out=say if verbose else None,
-                                  heartbeat=heartbeat_for(say))
+                                  heartbeat=heartbeat_for(say),
+                                  extra_vars=stack_run_vars(drain_wait))
             print_summary(result, out=say)
         rc = result.rc
         if rc == 0:
@@ -137,11 +144,9 @@ def local_up(cfg: ClusterConfig, cluster: LocalCluster, *, configure: bool = Tru
 def up(stack_file: Path, *, configure: bool = True, verify: bool = True,
        verbose: bool = False, drain_wait: float | None = None) -> int:
     """``metalslurm local up``: :func:`local_up` on the stack's cluster, then its timings."""
-    from infra.ops.preflight import checked_wait
-    from infra.providers.local import DRAIN_WAIT_MAX_S, DRAIN_WAIT_S
+    from infra.ops.preflight import checked_drain_wait
 
-    wait = checked_wait(drain_wait, DRAIN_WAIT_S, DRAIN_WAIT_MAX_S, "--drain-wait",
-                        "the jobs on nodes leaving the cluster")
+    wait = checked_drain_wait(drain_wait)
     cfg, cluster = local_cluster(stack_file, check_artifacts=True)  # errors stop here
     rc, timings = local_up(cfg, cluster, configure=configure, verify=verify, verbose=verbose,
                            drain_wait=wait)

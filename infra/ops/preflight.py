@@ -27,7 +27,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils import firewall
+from ansible_collections.metalslurm.cluster.plugins.module_utils import firewall, slurm_leaving
 from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_systems import (
     by_id,
     by_release,
@@ -722,6 +722,12 @@ def checked_wait(value: float | None, default: float, maximum: float, option: st
         raise InputError(option, f"is {value}; give the seconds to wait for {what}, from 0 "
                          f"(do not wait) to {maximum:.0f}")
     return value
+
+
+def checked_drain_wait(drain_wait: float | None) -> float:
+    """--drain-wait (the jobs on nodes leaving the cluster), or its default."""
+    return checked_wait(drain_wait, slurm_leaving.DRAIN_WAIT_S, slurm_leaving.DRAIN_WAIT_MAX_S,
+                        "--drain-wait", "the jobs on nodes leaving the cluster")
 
 
 def checked_lock_wait(lock_wait: float | None) -> float:

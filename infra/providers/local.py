@@ -31,8 +31,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils import slurm_leaving
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
     SLURM_GID,  # the slurm group on every node (roles/common)
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
+    DRAIN_POLL_S,
+    DRAIN_WAIT_S,
 )
 
 from infra.providers.host_ca import (
@@ -87,35 +92,18 @@ class LocalProviderError(RuntimeError):
     pass
 
 
-# A node removed from the stack config is drained with this reason before its machine goes
-# (LocalCluster.drain_leaving_nodes); one put back in the config before it went is resumed.
-LEAVING_REASON = "metalslurm: leaving the cluster (removed from the stack config)"
-# How often 'up' asks Slurm again while it waits (--drain-wait) for a leaving node's jobs.
-DRAIN_POLL_S = 5.0
-# --drain-wait: by default 'up' refuses at once while a leaving node runs a job.
-DRAIN_WAIT_S = 0.0
-DRAIN_WAIT_MAX_S = 7 * 24 * 3600.0
-
-
 class LeavingNodesBusy(LocalProviderError):
     """Jobs still run on nodes that are leaving the cluster: nothing was removed."""
 
 
+# How 'local up' speaks of its nodes' source and is run again (module_utils/slurm_leaving.py).
+WORDS = slurm_leaving.Words(source="stack config", rerun="'local up'",
+                            wait_hint="--drain-wait SECONDS")
+
+
 def leaving_refusal(nodes: list[str], jobs: list[str], wait_s: float) -> str:
-    """The refusal for ``jobs`` (squeue lines ``ID|USER|STATE|NODELIST``) still on the
-    leaving ``nodes`` once ``wait_s`` seconds (--drain-wait) have passed."""
-    described = "; ".join(f"job {i} ({user}, {state.lower()} on {where})"
-                          for i, user, state, where in (j.split("|", 3) for j in jobs))
-    names = ",".join(nodes)
-    one = len(nodes) == 1
-    waited = f" after a wait of {wait_s:.0f} s" if wait_s > 0 else ""
-    return (f"{names} {'is' if one else 'are'} no longer in the stack config but still "
-            f"{'runs' if len(jobs) == 1 else 'run'} {described}{waited}: nothing was removed. "
-            f"{names} {'is' if one else 'are'} drained ('{LEAVING_REASON}'), so no new job "
-            "starts there. Run 'local up' again once those jobs end, or with --drain-wait "
-            f"SECONDS to wait for them, or cancel them (scancel); to keep {names}, put "
-            f"{'it' if one else 'them'} back in the stack config and run 'local up', which "
-            f"resumes {'it' if one else 'them'}.")
+    """'local up''s refusal for ``jobs`` still on the leaving ``nodes`` after ``wait_s``."""
+    return slurm_leaving.refusal(nodes, jobs, wait_s, WORDS)
 
 
 def _read(path: Path) -> str | None:
@@ -655,40 +643,19 @@ class LocalCluster:
         if not self.running(self.plan.controller):
             return leaving
         ctl = self.container(self.plan.controller)
-        asked = podman("exec", ctl, "sinfo", "--noheader", "--Node", "--format=%N|%E",
-                       check=False)
-        if asked.returncode != 0:
-            # 127: no Slurm on the controller yet (never configured), so no job anywhere.
-            # Otherwise slurmctld does not answer: nothing says the leaving nodes are idle
-            # ('up' still repairs a cluster whose slurmctld is down when no node leaves).
-            if leaving and asked.returncode != 127:
-                raise LocalProviderError(
-                    f"cannot ask Slurm whether jobs run on {','.join(leaving)}, which "
-                    f"{'is' if len(leaving) == 1 else 'are'} no longer in the stack config: "
-                    f"{' '.join(asked.stderr.split()) or 'sinfo failed'}; nothing was "
-                    "removed. Start slurmctld (or run 'local up' with those nodes still in "
-                    "the config, which repairs it), then run 'local up' again.")
-            return leaving
-        reason = dict(line.split("|", 1) for line in asked.stdout.splitlines() if "|" in line)
-        back = sorted(n for n in {s.name for s in specs} if reason.get(n) == LEAVING_REASON)
-        if back:
-            podman("exec", ctl, "scontrol", "update", f"nodename={','.join(back)}",
-                   "state=RESUME")
-            self.log(f"resuming nodes back in the config: {', '.join(back)}")
-        nodes = [n for n in leaving if n in reason]
-        if not nodes:
-            return leaving
-        podman("exec", ctl, "scontrol", "update", f"nodename={','.join(nodes)}",
-               "state=DRAIN", f"reason={LEAVING_REASON}")
-        started = time.monotonic()
-        while jobs := podman("exec", ctl, "squeue", "--noheader", f"--nodelist={','.join(nodes)}",
-                             "--format=%i|%u|%T|%N").stdout.split():
-            waited = time.monotonic() - started
-            if waited >= wait_s:
-                raise LeavingNodesBusy(leaving_refusal(nodes, jobs, wait_s))
-            self.log(f"waiting for {len(jobs)} job(s) on leaving nodes {', '.join(nodes)} "
-                     f"({waited:.0f} of {wait_s:.0f} s)")
-            time.sleep(min(poll_s, wait_s - waited))
+
+        def run(argv: list[str]) -> tuple[int, str, str]:
+            done = podman("exec", ctl, *argv, check=False)
+            return done.returncode, done.stdout, done.stderr
+
+        try:
+            slurm_leaving.drain_leaving(run, (s.name for s in specs), wait_s,
+                                        candidates=leaving, poll_s=poll_s, words=WORDS,
+                                        log=self.log)
+        except slurm_leaving.LeavingNodesBusy as err:
+            raise LeavingNodesBusy(str(err)) from None
+        except slurm_leaving.LeavingError as err:
+            raise LocalProviderError(str(err)) from None
         return leaving
 
     def remove_nodes_not_in(self, specs: list[NodeSpec]) -> list[str]:

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
+    LEAVING_REASON,
+)
 
 from infra.ops.configure import run_playbook
-from infra.providers.local import LEAVING_REASON
 from tests.e2e.cluster import (
     BUILD_IMAGE,
     IMAGE,
@@ -319,14 +321,28 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     smaller = tmp_path / STACK.name  # same stack name, so the same state directory
     smaller.write_text(yaml.safe_dump(doc))
     job = node_sh(LOGIN, "cd /home/carol && runuser -u carol -- sbatch --parsable -w gpu-002 "
-                         "-o /dev/null --wrap='sleep 45'").split(";")[0]
+                         "-o /dev/null --wrap='sleep 80'").split(";")[0]
     wait_for(f"job {job} to run", lambda: node_sh("ctl", f"squeue -h -j {job} -o %T")
              == "RUNNING", timeout=120)
     inventory = INVENTORY.read_text()
+    # A bring-your-own cluster's path (the host dropped from the inventory, its machine
+    # left alone): the configure's first step on the controller refuses the same way,
+    # before any play has changed a host.
+    dropped = tmp_path / "inventory-without-gpu-002.yml"
+    dropped.write_text(yaml.safe_dump(_without_host(yaml.safe_load(inventory), "gpu-002")))
+    slurm_conf = node_sh("ctl", "sha256sum /etc/slurm/slurm.conf")
+    refused = metalslurm("configure", "-i", str(dropped))
+    said = " ".join(refused.stdout.split()).replace("\\", "")
+    assert refused.returncode == 2, said[-2000:]
+    assert (f"gpu-002 is no longer in the inventory but a job still needs it: job {job} "
+            "(carol, running on gpu-002); nothing was removed.") in said, said[-2000:]
+    assert "Run the configure again once those jobs end, or with --drain-wait SECONDS" in said
+    assert node_sh("ctl", "sha256sum /etc/slurm/slurm.conf") == slurm_conf
     refused = metalslurm("local", "up", "--stack", str(smaller), "--no-configure")
     assert refused.returncode == 1, refused.stdout[-2000:]
-    assert (f"gpu-002 is no longer in the stack config but still runs job {job} (carol, "
-            "running on gpu-002): nothing was removed.") in " ".join(refused.stderr.split())
+    assert (f"gpu-002 is no longer in the stack config but a job still needs it: job {job} "
+            "(carol, running on gpu-002); nothing was removed.") in " ".join(
+                refused.stderr.split())
     assert len(cluster_containers(CLUSTER)) == 4
     assert INVENTORY.read_text() == inventory
     assert node_sh("ctl", "sinfo --noheader --Node --nodes=gpu-002 --format='%t|%E' "
@@ -357,6 +373,17 @@ def test_scaling_down_removes_the_node_and_slurm_forgets_it(configured, tmp_path
     # The node is gone from Slurm; its job's history is not.
     assert node_sh("ctl", f"sacct --allocations --noheader --parsable2 --jobs={job} "
                           "--format=User,State,NodeList") == "carol|COMPLETED|gpu-002"
+
+
+def _without_host(inventory: dict, host: str) -> dict:
+    """An inventory document with ``host`` taken out of every group and partition, as the
+    inventory of a byo stack without that host reads."""
+    inventory["all"]["hosts"].pop(host)
+    for group in inventory["all"]["children"].values():
+        (group.get("hosts") or {}).pop(host, None)
+    for partition in inventory["all"]["vars"]["metalslurm_partitions"]:
+        partition["nodes"].remove(host)
+    return inventory
 
 
 def test_down_removes_everything(configured):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
+    LEAVING_REASON,
+)
 
 from infra import cli
 from infra.providers import local as local_provider
 from infra.providers.local import (
-    LEAVING_REASON,
     LeavingNodesBusy,
     LocalCluster,
     LocalPlan,
@@ -48,13 +50,14 @@ class FakeSlurm:
                 1: "slurm_load_node error: Unable to contact slurm controller (connect "
                    "failure)"}[self.sinfo_rc])
         if command[0] == "sinfo":
-            out = "".join(f"{n}|{r}\n" for n, r in self.reasons.items())
+            out = "".join(f"{n}|{'idle' if r == 'none' else 'drained'}|{r}\n"
+                          for n, r in self.reasons.items())
         elif command[0] == "scontrol":
             nodes = command[2].removeprefix("nodename=").split(",")
             for node in nodes:
                 self.reasons[node] = (command[4].removeprefix("reason=")
                                       if command[3] == "state=DRAIN" else "none")
-        elif command[0] == "squeue" and self.jobs_for > 0:
+        elif command[0] == "squeue" and "--states=PENDING" not in command and self.jobs_for > 0:
             self.jobs_for -= 1
             out = "".join(f"{j}\n" for j in self.jobs)
         return subprocess.CompletedProcess(["podman", *args], 0, out, "")
@@ -99,12 +102,13 @@ def test_a_job_on_a_leaving_node_refuses_at_once_naming_it(cluster, monkeypatch)
     with pytest.raises(LeavingNodesBusy) as refused:
         cluster.drain_leaving_nodes(cluster.specs(), wait_s=0)
     message = str(refused.value)
-    assert message.startswith("gpu-002 is no longer in the stack config but still runs job 12 "
-                              "(alice, running on gpu-[001-002]): nothing was removed.")
+    assert message.startswith("gpu-002 is no longer in the stack config but a job still needs "
+                              "it: job 12 (alice, running on gpu-[001-002]); nothing was "
+                              "removed.")
     assert "--drain-wait SECONDS" in message
     # Drained (no new job lands there) and asked once: no wait was given.
     assert slurm.reasons["gpu-002"] == LEAVING_REASON
-    assert [c[0] for c in slurm.calls] == ["sinfo", "scontrol", "squeue"]
+    assert [c[0] for c in slurm.calls] == ["sinfo", "scontrol", "squeue", "squeue"]
 
 
 def test_the_run_waits_for_the_jobs_up_to_the_bound(cluster, monkeypatch):
@@ -113,11 +117,12 @@ def test_the_run_waits_for_the_jobs_up_to_the_bound(cluster, monkeypatch):
     slurm = fake_slurm(monkeypatch, ["12|alice|RUNNING|gpu-002", "13|bob|COMPLETING|gpu-002"],
                        jobs_for=3)
     assert cluster.drain_leaving_nodes(cluster.specs(), wait_s=60, poll_s=5) == ["gpu-002"]
-    assert [c[0] for c in slurm.calls].count("squeue") == 4  # three with jobs, one without
+    # Three looks with jobs, one without; each asks for the jobs there and the pending ones.
+    assert [c[0] for c in slurm.calls].count("squeue") == 8
 
     slurm = fake_slurm(monkeypatch, ["12|alice|RUNNING|gpu-002"], jobs_for=99)
     with pytest.raises(LeavingNodesBusy,
-                       match=r"running on gpu-002\) after a wait of 20 s: nothing "):
+                       match=r"running on gpu-002\) after a wait of 20 s; nothing "):
         cluster.drain_leaving_nodes(cluster.specs(), wait_s=20, poll_s=5)
 
 
@@ -179,16 +184,41 @@ def test_a_node_slurm_does_not_know_is_not_drained(cluster, monkeypatch):
 def test_the_refusal_names_every_job_and_node():
     text = leaving_refusal(["gpu-002", "gpu-003"], ["7|carol|RUNNING|gpu-[002-003]",
                                                     "8|dave|SUSPENDED|gpu-003"], 0)
-    assert text.startswith("gpu-002,gpu-003 are no longer in the stack config but still run "
-                           "job 7 (carol, running on gpu-[002-003]); job 8 (dave, suspended "
-                           "on gpu-003): nothing was removed.")
+    assert text.startswith("gpu-002,gpu-003 are no longer in the stack config but jobs still "
+                           "need them: job 7 (carol, running on gpu-[002-003]); job 8 (dave, "
+                           "suspended on gpu-003); nothing was removed.")
     assert "put them back in the stack config" in text
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e9"])
-def test_a_bad_drain_wait_is_refused_before_anything(value, capsys, tmp_path):
-    rc = cli.main(["local", "up", "--stack", str(tmp_path / "absent.yaml"),
-                   f"--drain-wait={value}"])
+@pytest.mark.parametrize("command", [["local", "up", "--stack"], ["configure", "-i"],
+                                     ["up", "--ssh-key", "/absent/key", "--stack"]])
+def test_a_bad_drain_wait_is_refused_before_anything(command, value, capsys, tmp_path):
+    rc = cli.main([*command, str(tmp_path / "absent.yaml"), f"--drain-wait={value}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and "--drain-wait" in err[0] and "from 0" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_configure_hands_its_drain_wait_to_the_playbook(monkeypatch, tmp_path):
+    """--drain-wait becomes metalslurm_drain_wait, which the controller play's step reads
+    (roles/slurm_common/tasks/leaving.yml); without it the inventory's value or the
+    module's default holds."""
+    from infra.ops import configure as configure_mod
+
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all:\n  hosts: {ctl: {}}\n  children:\n"
+                         "    slurm_controller: {hosts: {ctl: null}}\n")
+    seen: list[dict] = []
+
+    class Result:
+        rc = 0
+
+    monkeypatch.setattr(configure_mod, "run_playbook",
+                        lambda _inv, **kw: seen.append(kw["extra_vars"]) or Result())
+    monkeypatch.setattr(configure_mod, "print_summary", lambda *_a, **_k: None)
+    monkeypatch.setattr(cli, "load_inventory", lambda *_a: None)
+    assert cli.main(["configure", "-i", str(inventory), "--drain-wait", "90"]) == 0
+    assert cli.main(["configure", "-i", str(inventory)]) == 0
+    assert seen == [{"metalslurm_drain_wait": 90.0}, {}]

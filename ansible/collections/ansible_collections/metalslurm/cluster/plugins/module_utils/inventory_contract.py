@@ -75,6 +75,10 @@ CLUSTER_VARS = {
     "metalslurm_accept": "the acceptance gate: gate (the roles drain new nodes and nodes "
                          "rebooted onto a new driver into it) and the settings of "
                          "'metalslurm accept'",
+    "metalslurm_drain_wait": "seconds the configure waits for the jobs on nodes leaving the "
+                             "cluster before refusing (default 0; --drain-wait)",
+    "metalslurm_leaving_max_share": "the largest share of Slurm's nodes one configure may take "
+                                    "out (default 0.5; 1 for no bound)",
     "metalslurm_image_build": "true only while ansible/image.yml builds a prepared image (that "
                               "playbook sets it; an inventory leaves it out): handlers stand "
                               "aside",
