@@ -336,14 +336,16 @@ GO = "/home/alice/e2e-go"  # on gpu-001, the batch host: the job ends once it ex
 
 
 def test_a_host_added_to_the_stack_joins_while_a_job_runs(stack):
-    """The run restarts every slurmd (a new node is a restart-only setting here): a running
-    job's batch step survives that and completes. A new step of such a job does not yet
-    (slurmd, restarted, waits for the job's prolog notice, which came before it started:
-    "Job prolog failed", the node drained); the day-2 issue takes the restart away."""
+    """Slurm 24.11 takes the longer node list with 'scontrol reconfigure' (slurmctld and each
+    slurmd hand over to a new process of their own; module_utils/slurm_versions.py): no
+    slurmd is restarted by systemd, and the two-node job running across the change starts
+    a new step after it and completes."""
     job = slurm("sbatch --parsable -N2 -w gpu-001,gpu-002 --wrap "
-                f"'while [ ! -e {GO} ]; do sleep 1; done'").stdout.strip()
+                f"'while [ ! -e {GO} ]; do sleep 1; done; srun hostname'").stdout.strip()
     wait_for("the job to run", lambda: slurm(f"squeue -h -j {job} -o %T").stdout.strip()
              == "RUNNING", timeout=60)
+    started = "systemctl show -p ActiveEnterTimestamp slurmd"
+    before = {n: rs.on(BY_NAME[n], started).stdout for n in ("gpu-001", "gpu-002")}
 
     def grow(config):
         config["metalslurm:computePools"][0]["count"] = 3
@@ -356,9 +358,13 @@ def test_a_host_added_to_the_stack_joins_while_a_job_runs(stack):
     assert rs.on(BY_NAME["gpu-003"], "hostname").stdout.strip() == "gpu-003"
     assert slurm(f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
     assert slurm("srun -w gpu-003 hostname").stdout.strip() == "gpu-003"
+    assert {n: rs.on(BY_NAME[n], started).stdout for n in before} == before
     rs.on(BY_NAME["gpu-001"], f"touch {GO}")
     wait_for("the job to end", lambda: slurm(f"sacct -n -X -j {job} -o State%20").stdout.strip()
              == "COMPLETED", timeout=120)
+    # The step it started after the change ran on both nodes.
+    assert slurm(f"sacct -n -P -j {job}.0 -o State,NodeList").stdout.strip() == \
+        "COMPLETED|gpu-[001-002]"
     assert slurm("sinfo -h -N -p train -o '%N %t'").stdout.splitlines() == [
         "gpu-001 idle", "gpu-002 idle", "gpu-003 idle"]
 

@@ -92,6 +92,20 @@ def test_every_job_gets_a_private_tmp_and_pmix_clients_read_over_the_socket(rend
             "job_container=AutoBasePath=YES BasePath=/var/lib/slurm/jobtmp"} <= set(record)
 
 
+@pytest.mark.parametrize(("release", "restarts"), [("22.05", True), ("24.11", False)])
+def test_the_node_list_restarts_the_daemons_only_where_reconfigure_cannot_take_it(
+        rendered, release, restarts):
+    """22.05 reads the node list at start only: it is in the restart record, so adding a
+    node restarts slurmctld and every slurmd. 24.11's reconfigure takes it (each daemon
+    hands over to a new process): not in the record, a node joins with a reconfigure."""
+    record = lines(rendered / release / ".metalslurm-restart-keys.conf")
+    nodes = [line for line in record if line.startswith("nodes=")]
+    node_lines = [line for line in lines(rendered / release / "slurm.conf")
+                  if line.startswith("NodeName=")]
+    assert len(node_lines) == 2  # the static nodes' line and the elastic ones'
+    assert nodes == (["nodes=" + " ".join(node_lines)] if restarts else [])
+
+
 def test_with_the_job_container_off_jobs_share_the_nodes_tmp_and_pmix_is_left_alone(tmp_path):
     """slurm_common_job_container false: no JobContainerType, no PMIx environment; the
     extern step stays for pam_slurm_adopt."""

@@ -248,4 +248,6 @@ class FilterModule:
             "partition_lines": slurm_errors(slurmconf.partition_lines),
             "hostlist": slurm_errors(slurmconf.compress_hostlist),
             "fit_slurm_release": fit_slurm_release,
+            "reconfigure_takes_nodes": filter_errors(slurm_versions.SlurmVersionError)(
+                slurm_versions.reconfigure_takes_nodes),
         }

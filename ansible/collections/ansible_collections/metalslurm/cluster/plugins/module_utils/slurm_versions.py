@@ -45,6 +45,7 @@ __all__ = [
     "KINDS",
     "LIST_SETTINGS",
     "MIN_SUPPORTED",
+    "RECONFIGURE_TAKES_NODES",
     "SETTINGS",
     "DistroSlurm",
     "Setting",
@@ -53,6 +54,7 @@ __all__ = [
     "accepts",
     "check_settings",
     "distro_slurm",
+    "reconfigure_takes_nodes",
 ]
 
 
@@ -108,6 +110,17 @@ def _version(text: str) -> SlurmVersion:
 
 # The oldest release metalslurm supports: Ubuntu 22.04's.
 MIN_SUPPORTED = SlurmVersion(21, 8)
+
+# The first release whose 'scontrol reconfigure' hands each daemon over to a new process
+# that reads slurm.conf afresh ("Relinquishing control to new slurmctld process", the same
+# in every slurmd): a node added to (or removed from) slurm.conf takes effect with that
+# reconfigure, with no slurmd restarted by systemd, and a job running across the change
+# still starts new steps. Seen here on 24.11.5 (tests/e2e/test_rented_servers.py, where a
+# running two-node job's second srun completes after a host joined). Earlier releases
+# read the node list at start only, and a restarted slurmd refuses the new steps of a job
+# that started before it ("Job prolog failed"): there the node list is a restart setting
+# (roles/slurm_controller, the restart record).
+RECONFIGURE_TAKES_NODES = SlurmVersion(24, 11)
 
 # ``adapt`` value: leave the setting (or the option value) out.
 DROP = "(leave out)"
@@ -727,3 +740,11 @@ def check_settings(kind: str, settings: Mapping[str, Any],
     if out.problems:
         raise SlurmVersionError(out.problems)
     return adapted, out.notes
+
+
+def reconfigure_takes_nodes(version: SlurmVersion | str) -> bool:
+    """Whether Slurm ``version`` applies a changed node list with 'scontrol reconfigure'
+    (RECONFIGURE_TAKES_NODES) rather than a restart of slurmctld and every slurmd."""
+    if isinstance(version, str):
+        version = SlurmVersion.parse(version)
+    return version >= RECONFIGURE_TAKES_NODES

@@ -12,6 +12,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
     accepts,
     check_settings,
     distro_slurm,
+    reconfigure_takes_nodes,
 )
 
 # What the roles write today, by hand from roles/slurm_controller/vars/main.yml for an
@@ -159,6 +160,13 @@ def test_unreadable_version_is_refused(text):
     assert str(err.value) == (
         f"cannot read a Slurm version from {text!r}: expected what dpkg or 'slurmctld -V' "
         "prints, such as '22.05.8-4' or 'slurm 23.11.4'")
+
+
+@pytest.mark.parametrize(("version", "takes"), [
+    ("21.08.5", False), ("22.05.8-4", False), ("24.05.2", False), ("24.11.5", True),
+    (SlurmVersion(25, 5), True)])
+def test_a_node_list_change_needs_a_restart_before_24_11(version, takes):
+    assert reconfigure_takes_nodes(version) is takes
 
 
 def test_versions_compare_by_release():
