@@ -35,10 +35,6 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import slurm_le
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
     SLURM_GID,  # the slurm group on every node (roles/common)
 )
-from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
-    DRAIN_POLL_S,
-    DRAIN_WAIT_S,
-)
 
 from infra.providers.host_ca import (
     NODE_HOST_CA_DIR,
@@ -632,8 +628,9 @@ class LocalCluster:
                        if (node := c.get("Labels", {}).get("metalslurm.node"))
                        and node not in wanted})
 
-    def drain_leaving_nodes(self, specs: list[NodeSpec], wait_s: float = DRAIN_WAIT_S,
-                            poll_s: float = DRAIN_POLL_S) -> list[str]:
+    def drain_leaving_nodes(self, specs: list[NodeSpec],
+                            wait_s: float = slurm_leaving.DRAIN_WAIT_S,
+                            poll_s: float = slurm_leaving.DRAIN_POLL_S) -> list[str]:
         """Before a node's machine is removed: drain the leaving nodes Slurm knows, so no new
         job starts there, and wait up to ``wait_s`` for the jobs on them to end; raise
         LeavingNodesBusy naming the jobs left (nothing removed, the nodes stay drained for
@@ -687,7 +684,7 @@ class LocalCluster:
                                  f"{SSH_WAIT_SECONDS} s ({last}); see 'podman logs {name}'")
 
     def provision(self, image: str, images: Mapping[str, str] | None = None,
-                  drain_wait: float = DRAIN_WAIT_S) -> None:
+                  drain_wait: float = slurm_leaving.DRAIN_WAIT_S) -> None:
         """Create network and nodes (in parallel) and known_hosts. Safe to re-run.
 
         ``images``: a prepared image per node kind (infra/providers/prepared.py); a node
