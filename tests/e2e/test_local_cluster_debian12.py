@@ -2,7 +2,8 @@
 a configure that names no key file refused before munge is touched), a multi-node srun,
 an MPI job and a container step from the login node (the controller's configuration copied
 there: 22.05 has no sackd), the REST API (slurmrestd 22.05 with JWT, on the login node),
-the verify suite, a second configure with nothing to change, Prometheus moved to another
+the verify suite, a second configure with nothing to change, a configure refused before it
+changes anything while apt sources offer Debian 13's Slurm, Prometheus moved to another
 node and monitoring turned off and on, scaling down (refused while a job runs on the node
 that leaves, then waited for), a lost state directory, and 'down' removing everything.
 This module brings up and removes its own cluster, on the cold path (from the bare Debian
@@ -16,6 +17,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -255,6 +257,50 @@ def test_second_configure_changes_nothing(configured):
     result = run_playbook(INVENTORY, out=lambda _line: None)
     assert result.ok, result.failures
     assert result.changed_tasks == []
+
+
+# The Debian 13 sources the refusal test adds beside a node's own (the same mirror).
+TRIXIE_SOURCES = "/etc/apt/sources.list.d/metalslurm-e2e-trixie.list"
+
+
+def _sources_on(nodes: list[str], suite: str | None) -> None:
+    """Add Debian ``suite`` to ``nodes``' apt sources (from the mirror of their own
+    sources.list), or with None take it out again, and read the lists anew."""
+    def run(node: str) -> None:
+        if suite is None:
+            command = f"rm -f {TRIXIE_SOURCES}"
+        else:
+            command = (f"awk 'NR == 1 {{print $1, $2, \"{suite}\", \"main\"}}' "
+                       f"/etc/apt/sources.list > {TRIXIE_SOURCES}")
+        node_sh(node, f"{command} && apt-get -qq -o Acquire::Languages=none update")
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        list(pool.map(run, nodes))
+
+
+def test_sources_pointed_at_debian_13_are_refused_before_anything_changes(configured):
+    """The controller's and gpu-001's apt sources offer Debian 13's Slurm 24.11 beside the
+    installed 22.05, three releases further than 24.11 reads state from: the configure
+    stops at its first step on the Slurm hosts, naming both hosts, the releases skipped
+    and the way through, and changes nothing (slurm.conf's hash, no changed task)."""
+    slurm_conf = node_sh("ctl", "sha256sum /etc/slurm/slurm.conf")
+    try:
+        _sources_on(["ctl", "gpu-001"], "trixie")
+        assert node_sh("ctl", "apt-cache policy slurm-client | sed -n "
+                              "'s/^ *Candidate: *//p'").startswith("24.11.")
+        refused = run_playbook(INVENTORY, out=lambda _line: None)
+    finally:
+        _sources_on(["ctl", "gpu-001"], None)
+    assert not refused.ok
+    said = " ".join(" ".join(refused.failures).split())
+    assert re.search(
+        r"Nothing was changed: ctl, gpu-001: the apt sources offer Slurm 24\.11\.\d+ over the "
+        r"installed 22\.05\.\d+, a jump Slurm cannot make: Slurm 24\.11 takes the state of "
+        r"23\.02, 23\.11 and 24\.05 only \(3 releases back\), so 22\.05 to 24\.11 skips "
+        r"23\.02, 23\.11 and 24\.05; upgrade through 23\.11 then 24\.11\.", said), said[-2000:]
+    assert refused.changed_tasks == []
+    assert node_sh("ctl", "sha256sum /etc/slurm/slurm.conf") == slurm_conf
+    assert node_sh("ctl", "apt-cache policy slurm-client | sed -n "
+                          "'s/^ *Candidate: *//p'").startswith("22.05.")
 
 
 def _units(node: str, units: list[str]) -> list[str]:

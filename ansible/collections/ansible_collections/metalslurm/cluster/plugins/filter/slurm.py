@@ -9,6 +9,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     gpu,
+    slurm_upgrade,
     slurm_versions,
     slurmconf,
 )
@@ -16,6 +17,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import (
     filter_errors,
     host_view,
+    hostvar,
     var_of,
 )
 
@@ -234,6 +236,28 @@ def compute_summary(hosts: list[str], hostvars: Any, memory_reserve_percent: int
     }
 
 
+# The inventory group of each daemon in slurm_upgrade.DAEMON_ORDER (every Slurm host has the
+# client commands).
+DAEMON_GROUPS = {"slurmdbd": "slurmdbd", "slurmctld": "slurm_controller", "slurmd": "slurm_compute"}
+
+
+@filter_errors(slurm_versions.SlurmVersionError)
+def release_check(hosts: list[str], hostvars: Any, groups: Any,
+                  result: str = "_slurm_common_releases") -> dict[str, list[str]]:
+    """``{"problems": [...], "notes": [...]}`` of slurm_upgrade.release_problems for
+    ``hosts``, each read from its registered ``result`` (roles/slurm_common/tasks/releases.yml);
+    a host without one (unreachable, set aside) is left out."""
+    read = []
+    for h in hosts:
+        registered = hostvar(hostvars, h, result)
+        if not isinstance(registered, dict) or "stdout" not in registered:
+            continue
+        daemons = [d for d, g in DAEMON_GROUPS.items() if h in (groups.get(g) or [])]
+        read.append(slurm_upgrade.read_host(h, daemons + ["client"], registered["stdout"]))
+    problems, notes = slurm_upgrade.release_problems(read)
+    return {"problems": problems, "notes": notes}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -248,6 +272,7 @@ class FilterModule:
             "partition_lines": slurm_errors(slurmconf.partition_lines),
             "hostlist": slurm_errors(slurmconf.compress_hostlist),
             "fit_slurm_release": fit_slurm_release,
+            "slurm_release_check": release_check,
             "reconfigure_takes_nodes": filter_errors(slurm_versions.SlurmVersionError)(
                 slurm_versions.reconfigure_takes_nodes),
         }

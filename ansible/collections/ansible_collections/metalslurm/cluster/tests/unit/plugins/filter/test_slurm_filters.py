@@ -157,3 +157,25 @@ def test_compute_view_keeps_only_the_facts_the_records_need():
         metalslurm_gpu_count=8, unrelated="x")})
     assert view == {"gpu-001": {"metalslurm_gpu_count": 8,
                                 "ansible_facts": FACTS["ansible_facts"]}}
+
+
+def test_release_check_reads_each_hosts_registered_result_and_its_groups():
+    """slurm_release_check (roles/slurm_common/tasks/releases.yml): each host's daemons come
+    from its groups, its releases from its registered read; a host without one (set aside,
+    unreachable) is left out."""
+    def read(version, offered):
+        return {"stdout": f"installed|ii |slurm-client|slurm-wlm|{version}\noffered|{offered}"}
+    hostvars = {"ctl": {"_slurm_common_releases": read("22.05.8-4", "22.05.8-4")},
+                "gpu-001": {"_slurm_common_releases": read("22.05.8-4", "24.11.5-1")},
+                "login-001": {"_slurm_common_releases": read("24.11.5-1", "24.11.5-1")},
+                "gpu-002": {}}
+    groups = {"slurm_controller": ["ctl"], "slurmdbd": ["ctl"],
+              "slurm_compute": ["gpu-001", "gpu-002"], "login": ["login-001"]}
+    check = filters.release_check(["ctl", "gpu-001", "gpu-002", "login-001"], hostvars, groups)
+    assert [p.split(":")[0] for p in check["problems"]] == ["gpu-001", "login-001"]
+    assert "slurm-client runs Slurm 24.11.5, newer than slurmctld's 22.05.8" in \
+        check["problems"][1]
+    assert check["notes"] == []
+    bad = {"ctl": {"_slurm_common_releases": {"stdout": "offered|something"}}}
+    with pytest.raises(AnsibleFilterError, match="cannot read a Slurm version from 'something'"):
+        filters.release_check(["ctl"], bad, groups)

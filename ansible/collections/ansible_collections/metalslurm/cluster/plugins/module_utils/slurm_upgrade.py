@@ -1,0 +1,271 @@
+"""Which Slurm releases can run together, and which jump Slurm can make, checked on every
+Slurm host before a configure changes any.
+
+A configure installs each host's Slurm packages from the host's apt sources and keeps the
+release already installed (``state: present``): a new node gets whatever its sources offer,
+and an existing host keeps its release until someone upgrades it. Both can break a running
+cluster, and SchedMD's upgrade guide (slurm.schedmd.com/upgrades.html) says how:
+
+- **The window.** A daemon reads the state files and messages of its own major release and
+  of the two before it; from 24.11 on, of the three before it ("Compatibility Window";
+  RELEASE_NOTES of 22.05: "can be upgraded from version 20.11 or 21.08"; of 24.11: "from
+  version 23.02, 23.11 or 24.05"). A jump past it loses slurmctld's state (the queue, the
+  running jobs) and slurmdbd's conversion of the database.
+- **The order.** slurmdbd is upgraded first, then slurmctld, then slurmd and the client
+  commands: slurmdbd's release is at least slurmctld's, and slurmctld's at least every
+  slurmd's and client's, each older one inside the newer one's window.
+
+``release_problems`` applies both to what each host runs (or would install) and to what its
+apt sources offer: a host whose sources offer a release beyond the window (a Debian 12
+cluster, 22.05, whose sources were pointed at Debian 13, 24.11) is refused, since an
+``apt upgrade`` there would make that jump (unattended-upgrades does not: the common role
+keeps Slurm off its list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    SlurmVersion,
+    SlurmVersionError,
+)
+
+__all__ = [
+    "DAEMON_ORDER",
+    "MAJOR_RELEASES",
+    "SOURCE_PACKAGE",
+    "WIDER_WINDOW_SINCE",
+    "HostSlurm",
+    "jump_problem",
+    "read_host",
+    "release_problems",
+    "releases_between",
+    "upgrade_path",
+    "window",
+]
+
+# SchedMD's major releases, oldest first: the headings "* Changes in Slurm X" of the NEWS
+# file of 24.11.5 (Debian 13's source) up to 24.11; 25.05, 25.11 and 26.05 from the upgrade
+# guide's release table and Debian forky's 26.05.5. A release after the last one here
+# cannot be checked and is refused until this table knows it.
+MAJOR_RELEASES: tuple[SlurmVersion, ...] = tuple(
+    SlurmVersion(major, minor) for major, minor in (
+        (20, 2), (20, 11), (21, 8), (22, 5), (23, 2), (23, 11), (24, 5), (24, 11),
+        (25, 5), (25, 11), (26, 5)))
+
+# The first release that reads the state of three releases before it (two before that).
+WIDER_WINDOW_SINCE = SlurmVersion(24, 11)
+
+# SchedMD's upgrade order: a daemon earlier here is upgraded first and runs the newer release.
+DAEMON_ORDER = ("slurmdbd", "slurmctld", "slurmd", "client")
+
+# Every Debian and Ubuntu package of Slurm comes from this source package, at one version.
+SOURCE_PACKAGE = "slurm-wlm"
+
+_LISTED = 8  # hosts named in one sentence before "and N more"
+
+
+def window(release: SlurmVersion) -> int:
+    """How many major releases before ``release`` it takes state and messages from."""
+    return 3 if release >= WIDER_WINDOW_SINCE else 2
+
+
+def _known(release: SlurmVersion) -> bool:
+    return SlurmVersion(release.major, release.minor) in MAJOR_RELEASES
+
+
+def _index(release: SlurmVersion) -> int:
+    """The release's place in MAJOR_RELEASES; an unknown one is refused."""
+    if not _known(release):
+        known = ", ".join(r.release for r in MAJOR_RELEASES)
+        raise SlurmVersionError([
+            f"Slurm {release.release} is not a major release metalslurm knows ({known}), so "
+            "its upgrade window cannot be checked: use a metalslurm that knows it, or "
+            "point the host's apt sources at a release listed here"])
+    return MAJOR_RELEASES.index(SlurmVersion(release.major, release.minor))
+
+
+def _checkable(release: SlurmVersion) -> bool:
+    """Known, or older than every known release (whose every jump is beyond the window)."""
+    return _known(release) or release < MAJOR_RELEASES[0]
+
+
+def releases_between(old: SlurmVersion, new: SlurmVersion) -> tuple[SlurmVersion, ...]:
+    """The major releases after ``old`` and before ``new`` (both known releases)."""
+    low, high = sorted((_index(old), _index(new)))
+    return MAJOR_RELEASES[low + 1:high]
+
+
+def upgrade_path(old: SlurmVersion, new: SlurmVersion) -> tuple[SlurmVersion, ...]:
+    """The fewest releases to upgrade through from ``old`` to ``new`` (``new`` included),
+    each jump inside the window of the release it lands on."""
+    path: list[SlurmVersion] = []
+    here, goal = _index(old), _index(new)
+    while here < goal:
+        here = max(i for i in range(here + 1, goal + 1)
+                   if i - here <= window(MAJOR_RELEASES[i]))
+        path.append(MAJOR_RELEASES[here])
+    return tuple(path)
+
+
+def jump_problem(old: SlurmVersion, new: SlurmVersion) -> str | None:
+    """Why Slurm cannot go from ``old`` to ``new`` in one step, or None when it can."""
+    goal = _index(new)
+    if not _checkable(old):
+        _index(old)  # newer than the table: refused
+    if new < old:
+        return (f"Slurm cannot go back from {old.release} to {new.release}: the older "
+                "release cannot read the state the newer one wrote")
+    takes = MAJOR_RELEASES[max(0, goal - window(new)):goal]
+    if not _known(old):
+        return (f"Slurm {new.release} takes the state of {_words(takes)} only, and "
+                f"{old.release} is older than any release metalslurm knows")
+    if goal - _index(old) <= window(new):
+        return None
+    return (f"Slurm {new.release} takes the state of {_words(takes)} only "
+            f"({window(new)} releases back), so {old.release} to {new.release} skips "
+            f"{_words(releases_between(old, new))}; upgrade through "
+            f"{' then '.join(r.release for r in upgrade_path(old, new))}")
+
+
+def _words(releases: Sequence[SlurmVersion]) -> str:
+    names = [r.release for r in releases]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _hosts(hosts: Sequence[str]) -> str:
+    names = sorted(hosts)
+    if len(names) > _LISTED:
+        return f"{', '.join(names[:_LISTED])} and {len(names) - _LISTED} more"
+    return ", ".join(names)
+
+
+@dataclass(frozen=True)
+class HostSlurm:
+    """One host's Slurm: the daemons it runs here (DAEMON_ORDER), the release installed
+    (None: no Slurm package yet), the one its apt sources offer (None: none offered), and
+    every installed Slurm package with its version."""
+
+    host: str
+    daemons: tuple[str, ...]
+    installed: SlurmVersion | None
+    offered: SlurmVersion | None
+    packages: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def runs(self) -> SlurmVersion | None:
+        """The release the host runs after this configure: a configure keeps an installed
+        release and installs the offered one where none is."""
+        return self.installed or self.offered
+
+    @property
+    def daemon(self) -> str:
+        """The daemon that comes first in the upgrade order."""
+        return min(self.daemons, key=DAEMON_ORDER.index)
+
+
+def read_host(host: str, daemons: Iterable[str], text: str) -> HostSlurm:
+    """A host's Slurm from what ``roles/slurm_common/tasks/releases.yml`` prints there: lines
+    ``installed|STATUS|PACKAGE|SOURCE|VERSION`` (dpkg-query) and ``offered|VERSION`` (the
+    candidate ``apt-cache policy`` names; empty or ``(none)`` when the sources have none)."""
+    daemons = tuple(sorted(set(daemons), key=DAEMON_ORDER.index))
+    packages: dict[str, str] = {}
+    offered = None
+    for line in str(text).splitlines():
+        fields = line.strip().split("|")
+        if fields[0] == "installed" and len(fields) == 5:
+            _tag, status, package, source, version = fields
+            if status.strip()[1:2] == "i" and source.split(" ")[0] == SOURCE_PACKAGE:
+                packages[package] = version
+        elif fields[0] == "offered" and len(fields) == 2 and fields[1] not in ("", "(none)"):
+            offered = SlurmVersion.parse(fields[1])
+    releases = {SlurmVersion.parse(v) for v in packages.values()}
+    installed = max(releases) if releases else None
+    return HostSlurm(host, daemons, installed, offered, tuple(sorted(packages.items())))
+
+
+def _group(found: Mapping[str, list[str]]) -> list[str]:
+    return [text.format(hosts=_hosts(hosts)) for text, hosts in found.items()]
+
+
+def release_problems(hosts: Iterable[HostSlurm]) -> tuple[list[str], list[str]]:
+    """(problems, notes) for the cluster's hosts: a problem refuses the configure (each a
+    sentence naming hosts, releases and what to do); a note is said and the run goes on."""
+    found: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
+    checked = []
+    for h in hosts:
+        try:
+            for release in (h.installed, h.offered):
+                if release and not _checkable(release):
+                    _index(release)
+        except SlurmVersionError as exc:
+            found.setdefault(f"{{hosts}}: {exc}", []).append(h.host)
+            continue
+        checked.append(h)
+        versions = sorted({v for _p, v in h.packages})
+        if len({SlurmVersion.parse(v) for v in versions}) > 1:
+            listed = ", ".join(f"{p} {v}" for p, v in h.packages)
+            found.setdefault(
+                f"{{hosts}}: Slurm's packages are at different releases ({listed}), a "
+                "half-done upgrade: finish it (or undo it) with apt in SchedMD's order "
+                "(slurmdbd, slurmctld, then slurmd and the clients), then run again", []
+            ).append(h.host)
+        if h.installed and h.offered and h.offered > h.installed:
+            why = jump_problem(h.installed, h.offered)
+            if why:
+                found.setdefault(
+                    f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
+                    f"{h.installed}, a jump Slurm cannot make: {why}. Point the apt sources "
+                    f"back at the release that ships {h.installed.release}, or upgrade in "
+                    "steps (docs/how-to/day-2.md): an 'apt upgrade' there would make that "
+                    "jump (unattended-upgrades leaves Slurm alone)", []).append(h.host)
+            else:
+                notes.setdefault(
+                    f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
+                    f"{h.installed}; this run keeps {h.installed} (upgrade in SchedMD's "
+                    "order: docs/how-to/day-2.md)", []).append(h.host)
+    _order_problems(checked, found)
+    return _group(found), _group(notes)
+
+
+def _verb(h: HostSlurm) -> str:
+    return "runs" if h.installed else "would install"
+
+
+def _order_problems(hosts: list[HostSlurm], found: dict[str, list[str]]) -> None:
+    """Each daemon's release against the one before it in the upgrade order."""
+    ranked = [(h, h.runs) for h in hosts if h.runs and h.daemons]
+    controllers = [(h, r) for h, r in ranked if "slurmctld" in h.daemons]
+    if not controllers:
+        return
+    ctl, ctld = min(controllers, key=lambda hr: hr[1])
+    for dbd, release in ranked:
+        if "slurmdbd" not in dbd.daemons:
+            continue
+        if release < ctld:
+            found.setdefault(
+                f"{{hosts}}: slurmdbd {_verb(dbd)} Slurm {release}, older than slurmctld's "
+                f"{ctld} on {ctl.host}: slurmdbd is upgraded first and runs the newest "
+                "release (SchedMD's order); upgrade slurmdbd's host, or point its apt "
+                f"sources at the release that ships {ctld.release}", []).append(dbd.host)
+        elif why := jump_problem(ctld, release):
+            found.setdefault(
+                f"{{hosts}}: slurmdbd {_verb(dbd)} Slurm {release}, which cannot talk to "
+                f"slurmctld's {ctld} on {ctl.host}: {why}", []).append(dbd.host)
+    for h, release in ranked:
+        if h.daemon in ("slurmdbd", "slurmctld"):
+            continue
+        what = "slurmd" if h.daemon == "slurmd" else "slurm-client"
+        if release > ctld:
+            found.setdefault(
+                f"{{hosts}}: {what} {_verb(h)} Slurm {release}, newer than slurmctld's "
+                f"{ctld} on {ctl.host}, which cannot read a newer release's messages: "
+                "upgrade slurmdbd and slurmctld first, or point these hosts' apt sources at "
+                f"the release that ships {ctld.release}", []).append(h.host)
+        elif why := jump_problem(release, ctld):
+            found.setdefault(
+                f"{{hosts}}: {what} {_verb(h)} Slurm {release}, too old for slurmctld's "
+                f"{ctld} on {ctl.host}: {why}", []).append(h.host)

@@ -1,0 +1,200 @@
+"""Slurm's upgrade window and order (module_utils/slurm_upgrade.py): which jumps Slurm can
+make, the fewest steps for one it cannot, and the check a configure makes over every Slurm
+host before it changes any, fed with what dpkg-query and apt-cache print on Debian."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_upgrade import (
+    MAJOR_RELEASES,
+    HostSlurm,
+    jump_problem,
+    read_host,
+    release_problems,
+    releases_between,
+    upgrade_path,
+    window,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    DISTRO_SLURM,
+    SlurmVersion,
+    SlurmVersionError,
+)
+
+V = SlurmVersion.parse
+BOOKWORM = "22.05.8-4+deb12u3"
+TRIXIE = "24.11.5-1+deb13u1"
+
+
+def dpkg(version: str, *packages: str) -> str:
+    """What the role's read step prints for ``packages`` installed at ``version``."""
+    return "".join(f"installed|ii |{p}|slurm-wlm|{version}\n" for p in packages)
+
+
+def host(name: str, daemons: tuple[str, ...], installed: str | None,
+         offered: str | None) -> HostSlurm:
+    text = dpkg(installed, "slurm-client") if installed else ""
+    return read_host(name, daemons, text + f"offered|{offered or '(none)'}\n")
+
+
+def test_every_release_a_supported_os_ships_is_in_the_table():
+    """The window is counted in this table: a release an OS ships that it lacked would be
+    refused on that OS."""
+    for entry in DISTRO_SLURM:
+        assert SlurmVersion(entry.slurm.major, entry.slurm.minor) in MAJOR_RELEASES, entry.key
+    assert list(MAJOR_RELEASES) == sorted(MAJOR_RELEASES)
+
+
+@pytest.mark.parametrize(("release", "back"), [("22.05", 2), ("24.05", 2), ("24.11", 3),
+                                               ("26.05", 3)])
+def test_the_window_widens_to_three_releases_at_24_11(release, back):
+    assert window(V(release)) == back
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("20.11", "22.05"), ("21.08", "22.05"),  # RELEASE_NOTES of 22.05
+    ("23.02", "24.11"), ("23.11", "24.11"), ("24.05", "24.11"),  # RELEASE_NOTES of 24.11
+    ("24.11", "26.05"),  # three releases: 25.05, 25.11, 26.05
+    ("22.05.8", "22.05.9"), ("22.05", "23.02")])
+def test_jumps_inside_the_window(old, new):
+    assert jump_problem(V(old), V(new)) is None
+
+
+def test_debian_12_to_debian_13_skips_three_releases_and_names_the_way():
+    assert jump_problem(V(BOOKWORM), V(TRIXIE)) == (
+        "Slurm 24.11 takes the state of 23.02, 23.11 and 24.05 only (3 releases back), so "
+        "22.05 to 24.11 skips 23.02, 23.11 and 24.05; upgrade through 23.11 then 24.11")
+
+
+def test_ubuntu_22_04_to_debian_13_needs_two_steps():
+    assert upgrade_path(V("21.08"), V("24.11")) == (V("23.02"), V("24.11"))
+    assert upgrade_path(V("20.02"), V("26.05")) == (V("21.08"), V("23.02"), V("24.11"),
+                                                    V("26.05"))
+    assert releases_between(V("24.11"), V("22.05")) == (V("23.02"), V("23.11"), V("24.05"))
+
+
+def test_no_way_back():
+    assert jump_problem(V("24.11"), V("24.05")) == (
+        "Slurm cannot go back from 24.11 to 24.05: the older release cannot read the state "
+        "the newer one wrote")
+
+
+def test_a_release_after_the_table_is_refused_not_guessed():
+    with pytest.raises(SlurmVersionError, match=r"Slurm 27\.05 is not a major release "
+                                                r"metalslurm knows \(20\.02, .*, 26\.05\)"):
+        jump_problem(V("26.05"), V("27.05"))
+    assert "older than any release metalslurm knows" in jump_problem(V("19.05"), V("22.05"))
+
+
+def test_read_host_reads_dpkg_and_apt_cache():
+    text = (dpkg(BOOKWORM, "slurmctld", "slurm-client", "slurm-wlm-basic-plugins")
+            + "installed|rc |slurmd|slurm-wlm|21.08.5-2\n"  # removed, its config kept
+            + "installed|ii |libslurm38|slurm-wlm (22.05.8-4)|22.05.8-4+deb12u3\n"
+            + "offered|24.11.5-1+deb13u1\n")
+    h = read_host("ctl", ["client", "slurmctld"], text)
+    assert (h.daemons, h.daemon, h.installed, h.offered) == (
+        ("slurmctld", "client"), "slurmctld", V("22.05.8"), V("24.11.5"))
+    assert [p for p, _v in h.packages] == ["libslurm38", "slurm-client", "slurm-wlm-basic-plugins",
+                                           "slurmctld"]
+    fresh = read_host("gpu-003", ["slurmd"], "offered|(none)\n")
+    assert (fresh.installed, fresh.offered, fresh.runs) == (None, None, None)
+    assert release_problems([fresh]) == ([], [])
+
+
+def cluster(version: str = BOOKWORM, **changes: HostSlurm) -> list[HostSlurm]:
+    hosts = {"ctl": host("ctl", ("slurmctld", "slurmdbd", "client"), version, version),
+             "gpu-001": host("gpu-001", ("slurmd", "client"), version, version),
+             "gpu-002": host("gpu-002", ("slurmd", "client"), version, version),
+             "login-001": host("login-001", ("client",), version, version)}
+    hosts.update(changes)
+    return list(hosts.values())
+
+
+def test_a_converged_cluster_passes():
+    assert release_problems(cluster()) == ([], [])
+    assert release_problems(cluster(TRIXIE)) == ([], [])
+
+
+def test_sources_re_pointed_beyond_the_window_are_refused_once_for_all_their_hosts():
+    problems, notes = release_problems(cluster(
+        ctl=host("ctl", ("slurmctld", "slurmdbd"), BOOKWORM, TRIXIE),
+        **{"gpu-001": host("gpu-001", ("slurmd",), BOOKWORM, TRIXIE)}))
+    assert notes == []
+    assert problems == [
+        "ctl, gpu-001: the apt sources offer Slurm 24.11.5 over the installed 22.05.8, a jump "
+        "Slurm cannot make: Slurm 24.11 takes the state of 23.02, 23.11 and 24.05 only "
+        "(3 releases back), so 22.05 to 24.11 skips 23.02, 23.11 and 24.05; upgrade "
+        "through 23.11 then 24.11. Point the apt sources back at the release that ships "
+        "22.05, or upgrade in steps (docs/how-to/day-2.md): an 'apt upgrade' there would "
+        "make that jump (unattended-upgrades leaves Slurm alone)"]
+
+
+def test_sources_offering_a_release_inside_the_window_are_said_not_refused():
+    problems, notes = release_problems(cluster(
+        "23.11.4-1", **{"gpu-001": host("gpu-001", ("slurmd",), "23.11.4-1", TRIXIE)}))
+    assert problems == []
+    assert notes == ["gpu-001: the apt sources offer Slurm 24.11.5 over the installed 23.11.4; "
+                     "this run keeps 23.11.4 (upgrade in SchedMD's order: docs/how-to/day-2.md)"]
+
+
+def test_a_new_node_that_would_install_a_newer_slurmd_than_slurmctld_is_refused():
+    """A node added from a newer image or with newer sources: its slurmd would speak a
+    release slurmctld cannot read."""
+    problems, _ = release_problems(cluster(**{
+        "gpu-003": host("gpu-003", ("slurmd",), None, TRIXIE)}))
+    assert problems == [
+        "gpu-003: slurmd would install Slurm 24.11.5, newer than slurmctld's 22.05.8 on ctl, "
+        "which cannot read a newer release's messages: upgrade slurmdbd and slurmctld "
+        "first, or point these hosts' apt sources at the release that ships 22.05"]
+    # A prepared image's node with 24.11 installed: the same, as "runs".
+    problems, _ = release_problems(cluster(**{
+        "gpu-003": host("gpu-003", ("slurmd",), TRIXIE, TRIXIE)}))
+    assert problems[0].startswith("gpu-003: slurmd runs Slurm 24.11.5, newer than")
+
+
+def test_older_nodes_inside_the_window_pass_and_beyond_it_are_refused():
+    assert release_problems(cluster(TRIXIE, **{
+        "gpu-001": host("gpu-001", ("slurmd",), "23.02.7-1", "23.02.7-1")})) == ([], [])
+    problems, _ = release_problems(cluster(TRIXIE, **{
+        "login-001": host("login-001", ("client",), BOOKWORM, BOOKWORM)}))
+    assert problems == [
+        "login-001: slurm-client runs Slurm 22.05.8, too old for slurmctld's 24.11.5 on "
+        "ctl: Slurm 24.11 takes the state of 23.02, 23.11 and 24.05 only (3 releases back), "
+        "so 22.05 to 24.11 skips 23.02, 23.11 and 24.05; upgrade through 23.11 then 24.11"]
+
+
+def test_slurmdbd_older_than_slurmctld_is_refused():
+    hosts = [host("ctl", ("slurmctld",), TRIXIE, TRIXIE),
+             host("db", ("slurmdbd",), "24.05.4-1", "24.05.4-1")]
+    assert release_problems(hosts)[0] == [
+        "db: slurmdbd runs Slurm 24.05.4, older than slurmctld's 24.11.5 on ctl: slurmdbd is "
+        "upgraded first and runs the newest release (SchedMD's order); upgrade slurmdbd's "
+        "host, or point its apt sources at the release that ships 24.11"]
+    newer = [host("ctl", ("slurmctld",), "24.05.4-1", "24.05.4-1"),
+             host("db", ("slurmdbd",), TRIXIE, TRIXIE)]
+    assert release_problems(newer) == ([], [])
+
+
+def test_a_half_done_upgrade_is_refused():
+    text = dpkg(TRIXIE, "slurmd") + dpkg(BOOKWORM, "slurm-client") + f"offered|{TRIXIE}\n"
+    problems, _ = release_problems([host("ctl", ("slurmctld",), BOOKWORM, BOOKWORM),
+                                    read_host("gpu-001", ["slurmd"], text)])
+    assert problems[0] == (
+        "gpu-001: Slurm's packages are at different releases (slurm-client 22.05.8-4+deb12u3, "
+        "slurmd 24.11.5-1+deb13u1), a half-done upgrade: finish it (or undo it) with apt in "
+        "SchedMD's order (slurmdbd, slurmctld, then slurmd and the clients), then run again")
+
+
+def test_many_hosts_are_counted_not_all_named():
+    nodes = {f"gpu-{i:03d}": host(f"gpu-{i:03d}", ("slurmd",), None, TRIXIE)
+             for i in range(1, 1001)}
+    problems, _ = release_problems(cluster(**nodes))
+    assert len(problems) == 1
+    assert problems[0].startswith("gpu-001, gpu-002, gpu-003, gpu-004, gpu-005, gpu-006, "
+                                  "gpu-007, gpu-008 and 992 more: slurmd would install")
+
+
+def test_an_unknown_release_names_its_host():
+    problems, _ = release_problems(cluster(**{
+        "gpu-001": host("gpu-001", ("slurmd",), BOOKWORM, "27.05.1-1")}))
+    assert problems[0].startswith("gpu-001: Slurm 27.05 is not a major release metalslurm knows")
