@@ -243,17 +243,21 @@ DAEMON_GROUPS = {"slurmdbd": "slurmdbd", "slurmctld": "slurm_controller", "slurm
 
 @filter_errors(slurm_versions.SlurmVersionError)
 def release_check(hosts: list[str], hostvars: Any, groups: Any,
+                  outside: dict[str, Any] | None = None,
                   result: str = "_slurm_common_releases") -> dict[str, list[str]]:
     """``{"problems": [...], "notes": [...]}`` of slurm_upgrade.release_problems for
-    ``hosts``, each read from its registered ``result`` (roles/slurm_common/tasks/releases.yml);
-    a host without one (unreachable, set aside) is left out."""
+    ``hosts``, each read from its registered ``result`` (roles/slurm_common/tasks/releases.yml),
+    and for the hosts of ``outside`` ({host: registered result}: the controller read for a
+    run limited to other hosts; a skipped read is left out). A host without a result
+    (unreachable, set aside) is left out."""
+    registered = {h: hostvar(hostvars, h, result) for h in hosts}
+    registered.update({h: r for h, r in (outside or {}).items() if h not in registered})
     read = []
-    for h in hosts:
-        registered = hostvar(hostvars, h, result)
-        if not isinstance(registered, dict) or "stdout" not in registered:
+    for h, found in registered.items():
+        if not isinstance(found, dict) or "stdout" not in found:
             continue
         daemons = [d for d, g in DAEMON_GROUPS.items() if h in (groups.get(g) or [])]
-        read.append(slurm_upgrade.read_host(h, daemons + ["client"], registered["stdout"]))
+        read.append(slurm_upgrade.read_host(h, daemons + ["client"], found["stdout"]))
     problems, notes = slurm_upgrade.release_problems(read)
     return {"problems": problems, "notes": notes}
 

@@ -80,6 +80,10 @@ def _index(release: SlurmVersion) -> int:
     """The release's place in MAJOR_RELEASES; an unknown one is refused."""
     if not _known(release):
         known = ", ".join(r.release for r in MAJOR_RELEASES)
+        if release < MAJOR_RELEASES[0]:
+            raise SlurmVersionError([
+                f"Slurm {release.release} is older than any release metalslurm knows "
+                f"({known}): upgrade it by hand to {MAJOR_RELEASES[0].release} or later first"])
         raise SlurmVersionError([
             f"Slurm {release.release} is not a major release metalslurm knows ({known}), so "
             "its upgrade window cannot be checked: use a metalslurm that knows it, or "
@@ -112,6 +116,8 @@ def upgrade_path(old: SlurmVersion, new: SlurmVersion) -> tuple[SlurmVersion, ..
 
 def jump_problem(old: SlurmVersion, new: SlurmVersion) -> str | None:
     """Why Slurm cannot go from ``old`` to ``new`` in one step, or None when it can."""
+    if old.release == new.release:
+        return None
     goal = _index(new)
     if not _checkable(old):
         _index(old)  # newer than the table: refused
@@ -121,7 +127,8 @@ def jump_problem(old: SlurmVersion, new: SlurmVersion) -> str | None:
     takes = MAJOR_RELEASES[max(0, goal - window(new)):goal]
     if not _known(old):
         return (f"Slurm {new.release} takes the state of {_words(takes)} only, and "
-                f"{old.release} is older than any release metalslurm knows")
+                f"{old.release} is older than any release metalslurm knows; upgrade it by "
+                f"hand to {MAJOR_RELEASES[0].release} or later first")
     if goal - _index(old) <= window(new):
         return None
     return (f"Slurm {new.release} takes the state of {_words(takes)} only "
@@ -145,14 +152,16 @@ def _hosts(hosts: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class HostSlurm:
     """One host's Slurm: the daemons it runs here (DAEMON_ORDER), the release installed
-    (None: no Slurm package yet), the one its apt sources offer (None: none offered), and
-    every installed Slurm package with its version."""
+    (None: no Slurm package yet), the one its apt sources offer (None: none offered), every
+    installed Slurm package with its version (the libraries, whose names carry their
+    release, left out), and whether any of them is held (``apt-mark hold``)."""
 
     host: str
     daemons: tuple[str, ...]
     installed: SlurmVersion | None
     offered: SlurmVersion | None
     packages: tuple[tuple[str, str], ...] = ()
+    held: bool = False
 
     @property
     def runs(self) -> SlurmVersion | None:
@@ -167,23 +176,30 @@ class HostSlurm:
 
 
 def read_host(host: str, daemons: Iterable[str], text: str) -> HostSlurm:
-    """A host's Slurm from what ``roles/slurm_common/tasks/releases.yml`` prints there: lines
-    ``installed|STATUS|PACKAGE|SOURCE|VERSION`` (dpkg-query) and ``offered|VERSION`` (the
-    candidate ``apt-cache policy`` names; empty or ``(none)`` when the sources have none)."""
+    """A host's Slurm from what ``roles/slurm_common/vars/main.yml``'s
+    ``__slurm_common_release_read`` prints there: lines ``installed|STATUS|PACKAGE|SOURCE|
+    VERSION`` (dpkg-query) and ``offered|VERSION`` (the candidate ``apt-cache policy`` names;
+    empty or ``(none)`` when the sources have none).
+
+    Library packages (``libslurm38`` of 22.05, ``libslurm42`` of 24.11) are left out: an
+    upgrade installs the new one beside the old, which stays until ``apt autoremove``."""
     daemons = tuple(sorted(set(daemons), key=DAEMON_ORDER.index))
     packages: dict[str, str] = {}
+    held = False
     offered = None
     for line in str(text).splitlines():
         fields = line.strip().split("|")
         if fields[0] == "installed" and len(fields) == 5:
             _tag, status, package, source, version = fields
-            if status.strip()[1:2] == "i" and source.split(" ")[0] == SOURCE_PACKAGE:
+            if status.strip()[1:2] == "i" and source.strip() == SOURCE_PACKAGE \
+                    and not package.startswith("lib"):
                 packages[package] = version
+                held = held or status.strip()[:1] == "h"
         elif fields[0] == "offered" and len(fields) == 2 and fields[1] not in ("", "(none)"):
             offered = SlurmVersion.parse(fields[1])
     releases = {SlurmVersion.parse(v) for v in packages.values()}
     installed = max(releases) if releases else None
-    return HostSlurm(host, daemons, installed, offered, tuple(sorted(packages.items())))
+    return HostSlurm(host, daemons, installed, offered, tuple(sorted(packages.items())), held)
 
 
 def _group(found: Mapping[str, list[str]]) -> list[str]:
@@ -215,19 +231,29 @@ def release_problems(hosts: Iterable[HostSlurm]) -> tuple[list[str], list[str]]:
             ).append(h.host)
         if h.installed and h.offered and h.offered > h.installed:
             why = jump_problem(h.installed, h.offered)
-            if why:
+            offer = (f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
+                     f"{h.installed}")
+            if why and h.held:
+                notes.setdefault(
+                    f"{offer}, a jump Slurm cannot make ({why}); the packages are held "
+                    "(apt-mark hold), so apt leaves them: keep them held until you upgrade "
+                    "in steps (docs/how-to/day-2.md)", []).append(h.host)
+            elif why:
                 found.setdefault(
-                    f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
-                    f"{h.installed}, a jump Slurm cannot make: {why}. Point the apt sources "
-                    f"back at the release that ships {h.installed.release}, or upgrade in "
-                    "steps (docs/how-to/day-2.md): an 'apt upgrade' there would make that "
-                    "jump (unattended-upgrades leaves Slurm alone)", []).append(h.host)
+                    f"{offer}, a jump Slurm cannot make: {why}. Point the apt sources "
+                    f"back at the release that ships {h.installed.release}, hold the "
+                    "Slurm packages (apt-mark hold), or upgrade in steps "
+                    "(docs/how-to/day-2.md): an 'apt upgrade' there would make that jump "
+                    "(unattended-upgrades leaves Slurm alone)", []).append(h.host)
             else:
                 notes.setdefault(
-                    f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
-                    f"{h.installed}; this run keeps {h.installed} (upgrade in SchedMD's "
-                    "order: docs/how-to/day-2.md)", []).append(h.host)
-    _order_problems(checked, found)
+                    f"{offer}; this run keeps {h.installed} (upgrade in SchedMD's order: "
+                    "docs/how-to/day-2.md)", []).append(h.host)
+    try:
+        _order_problems(checked, found)
+    except SlurmVersionError as exc:
+        found.setdefault(f"{{hosts}}: {exc}", []).extend(
+            h.host for h in checked if "slurmctld" in h.daemons)
     return _group(found), _group(notes)
 
 
@@ -242,6 +268,12 @@ def _order_problems(hosts: list[HostSlurm], found: dict[str, list[str]]) -> None
     if not controllers:
         return
     ctl, ctld = min(controllers, key=lambda hr: hr[1])
+    if len({r.release for _h, r in controllers}) > 1:
+        listed = ", ".join(f"{h.host} {r}" for h, r in controllers)
+        found.setdefault(
+            f"{{hosts}}: the slurmctld hosts would run different Slurm releases ({listed}); "
+            "they share slurmctld's state and run one release: upgrade them together",
+            []).extend(h.host for h, _r in controllers)
     for dbd, release in ranked:
         if "slurmdbd" not in dbd.daemons:
             continue
@@ -254,7 +286,9 @@ def _order_problems(hosts: list[HostSlurm], found: dict[str, list[str]]) -> None
         elif why := jump_problem(ctld, release):
             found.setdefault(
                 f"{{hosts}}: slurmdbd {_verb(dbd)} Slurm {release}, which cannot talk to "
-                f"slurmctld's {ctld} on {ctl.host}: {why}", []).append(dbd.host)
+                f"slurmctld's {ctld} on {ctl.host}: {why}; upgrade slurmctld's host inside "
+                f"slurmdbd's window, or point slurmdbd's apt sources at the release that "
+                f"ships {ctld.release}", []).append(dbd.host)
     for h, release in ranked:
         if h.daemon in ("slurmdbd", "slurmctld"):
             continue

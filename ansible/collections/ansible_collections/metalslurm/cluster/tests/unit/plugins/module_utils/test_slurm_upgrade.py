@@ -87,18 +87,70 @@ def test_a_release_after_the_table_is_refused_not_guessed():
 
 
 def test_read_host_reads_dpkg_and_apt_cache():
+    """What ${source:Package} prints is the source's name alone; a removed package (rc) and
+    another source's are not Slurm's; the libraries are left out (below)."""
     text = (dpkg(BOOKWORM, "slurmctld", "slurm-client", "slurm-wlm-basic-plugins")
             + "installed|rc |slurmd|slurm-wlm|21.08.5-2\n"  # removed, its config kept
-            + "installed|ii |libslurm38|slurm-wlm (22.05.8-4)|22.05.8-4+deb12u3\n"
+            + "installed|ii |munge|munge|0.5.15-2\n"
             + "offered|24.11.5-1+deb13u1\n")
     h = read_host("ctl", ["client", "slurmctld"], text)
-    assert (h.daemons, h.daemon, h.installed, h.offered) == (
-        ("slurmctld", "client"), "slurmctld", V("22.05.8"), V("24.11.5"))
-    assert [p for p, _v in h.packages] == ["libslurm38", "slurm-client", "slurm-wlm-basic-plugins",
+    assert (h.daemons, h.daemon, h.installed, h.offered, h.held) == (
+        ("slurmctld", "client"), "slurmctld", V("22.05.8"), V("24.11.5"), False)
+    assert [p for p, _v in h.packages] == ["slurm-client", "slurm-wlm-basic-plugins",
                                            "slurmctld"]
     fresh = read_host("gpu-003", ["slurmd"], "offered|(none)\n")
     assert (fresh.installed, fresh.offered, fresh.runs) == (None, None, None)
     assert release_problems([fresh]) == ([], [])
+
+
+def test_an_upgraded_host_with_the_old_library_left_is_not_half_done():
+    """apt full-upgrade installs libslurm42 beside libslurm38, which stays until autoremove."""
+    text = (dpkg(TRIXIE, "slurmd", "slurm-client") + dpkg(BOOKWORM, "libslurm38")
+            + dpkg(TRIXIE, "libslurm42") + f"offered|{TRIXIE}\n")
+    h = read_host("gpu-001", ["slurmd"], text)
+    assert (h.installed, [p for p, _v in h.packages]) == (V(TRIXIE), ["slurm-client", "slurmd"])
+    assert release_problems(cluster(TRIXIE, **{"gpu-001": h})) == ([], [])
+
+
+def test_held_packages_turn_the_refused_jump_into_a_note():
+    """apt-mark hold keeps apt from making the jump; apt-cache still names the candidate."""
+    text = (f"installed|hi |slurmd|slurm-wlm|{BOOKWORM}\n"
+            f"installed|hi |slurm-client|slurm-wlm|{BOOKWORM}\n" f"offered|{TRIXIE}\n")
+    held = read_host("gpu-001", ["slurmd"], text)
+    assert held.held
+    problems, notes = release_problems(cluster(**{"gpu-001": held}))
+    assert problems == []
+    assert notes == [
+        "gpu-001: the apt sources offer Slurm 24.11.5 over the installed 22.05.8, a jump Slurm "
+        "cannot make (Slurm 24.11 takes the state of 23.02, 23.11 and 24.05 only (3 releases "
+        "back), so 22.05 to 24.11 skips 23.02, 23.11 and 24.05; upgrade through 23.11 then "
+        "24.11); the packages are held (apt-mark hold), so apt leaves them: keep them held "
+        "until you upgrade in steps (docs/how-to/day-2.md)"]
+
+
+def test_controllers_on_different_releases_are_refused():
+    """A primary and a backup slurmctld share the state directory: one release."""
+    hosts = [host("ctl", ("slurmctld",), BOOKWORM, BOOKWORM),
+             host("ctl2", ("slurmctld",), "23.02.7-1", "23.02.7-1")]
+    assert release_problems(hosts)[0] == [
+        "ctl, ctl2: the slurmctld hosts would run different Slurm releases (ctl 22.05.8, "
+        "ctl2 23.02.7); they share slurmctld's state and run one release: upgrade them "
+        "together"]
+
+
+def test_a_controller_older_than_the_table_is_a_sentence_not_an_error():
+    problems, _ = release_problems(cluster("19.05.5-1", **{
+        "gpu-001": host("gpu-001", ("slurmd",), BOOKWORM, BOOKWORM)}))
+    assert problems == [
+        "gpu-001: slurmd runs Slurm 22.05.8, newer than slurmctld's 19.05.5 on ctl, which "
+        "cannot read a newer release's messages: upgrade slurmdbd and slurmctld first, or "
+        "point these hosts' apt sources at the release that ships 19.05"]
+    problems, _ = release_problems(cluster("19.05.5-1", **{
+        "gpu-001": host("gpu-001", ("slurmd",), "18.08.9-1", "18.08.9-1")}))
+    assert problems == [
+        "ctl: Slurm 19.05 is older than any release metalslurm knows (20.02, 20.11, 21.08, "
+        "22.05, 23.02, 23.11, 24.05, 24.11, 25.05, 25.11, 26.05): upgrade it by hand to 20.02 "
+        "or later first"]
 
 
 def cluster(version: str = BOOKWORM, **changes: HostSlurm) -> list[HostSlurm]:
@@ -125,8 +177,9 @@ def test_sources_re_pointed_beyond_the_window_are_refused_once_for_all_their_hos
         "Slurm cannot make: Slurm 24.11 takes the state of 23.02, 23.11 and 24.05 only "
         "(3 releases back), so 22.05 to 24.11 skips 23.02, 23.11 and 24.05; upgrade "
         "through 23.11 then 24.11. Point the apt sources back at the release that ships "
-        "22.05, or upgrade in steps (docs/how-to/day-2.md): an 'apt upgrade' there would "
-        "make that jump (unattended-upgrades leaves Slurm alone)"]
+        "22.05, hold the Slurm packages (apt-mark hold), or upgrade in steps "
+        "(docs/how-to/day-2.md): an 'apt upgrade' there would make that jump "
+        "(unattended-upgrades leaves Slurm alone)"]
 
 
 def test_sources_offering_a_release_inside_the_window_are_said_not_refused():
