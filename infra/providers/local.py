@@ -31,9 +31,18 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.metalslurm.cluster.plugins.module_utils import slurm_leaving
+from ansible_collections.metalslurm.cluster.plugins.module_utils import (
+    operating_systems,
+    slurm_leaving,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
     SLURM_GID,  # the slurm group on every node (roles/common)
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_upgrade import (
+    SLURMD_BOOT_TIME_SINCE,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    SlurmVersion,
 )
 
 from infra.providers.host_ca import (
@@ -80,8 +89,11 @@ ULIMITS = ("nofile=8192:8192", "nproc=8192:8192")  # at or below this host's har
 # fails: the local cluster reaches its nodes over SSH (as Ansible does), and reads files
 # from a node with 'podman cp'. Version 3: every node mounts the host's extra CA
 # certificates read-only (infra/providers/host_ca.py). Version 4: a node's hardware address
-# is fixed by its IP address (node_container.node_mac).
-CONTAINER_SPEC = "4"
+# is fixed by its IP address (node_container.node_mac). Version 5: a static node's
+# container is started again when it exits (podman's --restart=always), so a reboot Slurm
+# asks for ('scontrol reboot', 'metalslurm maintain') brings the node back as a server's
+# firmware would.
+CONTAINER_SPEC = "5"
 
 
 class LocalProviderError(RuntimeError):
@@ -467,7 +479,8 @@ class LocalCluster:
                     *(Mount(host_dir.resolve(), path,
                             ("nosuid", "nodev") if path in shared else ())
                       for host_dir, path in mounts)),
-            ulimits=ULIMITS, private_cgroupns="slurm_compute" in spec.groups)
+            ulimits=ULIMITS, private_cgroupns="slurm_compute" in spec.groups,
+            restart_always=spec.node_state != "cloud")
 
     def running(self, node: str) -> bool:
         found = containers([f"{LABEL}={self.plan.cluster_name}", f"metalslurm.node={node}"])
@@ -773,6 +786,15 @@ class LocalCluster:
         return subprocess.run(args, check=False).returncode
 
 
+def boot_time_stand_in(os_id: str) -> bool:
+    """Whether the node containers of ``os_id`` report a reboot to Slurm as a server does: a
+    container shares the host's uptime, so slurmd reads no reboot from it. With the stand-in
+    slurmd runs with '-b' and the time the container started (slurm_compute's
+    slurm_compute_boot_time_stand_in), which Slurm takes from 24.11 on."""
+    release = SlurmVersion.parse(operating_systems.by_id(os_id).slurm_package)
+    return release >= SLURMD_BOOT_TIME_SINCE
+
+
 def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
                           secret_vars: dict[str, str]) -> Path:
     """The inventory of a local cluster: the schema every provider shares, the local
@@ -781,6 +803,7 @@ def write_local_inventory(cfg: ClusterConfig, cluster: LocalCluster,
     all_vars = cluster_vars(cfg, specs)
     all_vars.update(cluster.connection_vars())
     all_vars.update(secret_vars)
+    all_vars["slurm_compute_boot_time_stand_in"] = boot_time_stand_in(cfg.os)
     header = (f"# Written by 'metalslurm local up' for cluster {cfg.cluster_name}.\n"
               "# Regenerated on every 'up'; edit the stack config instead.\n")
     # The controller configures the machines the power driver makes anew (join kit).

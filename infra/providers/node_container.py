@@ -49,6 +49,10 @@ class NodeContainer:
     # Compute nodes: the cgroup paths a job sees are the ones mounted at /sys/fs/cgroup
     # (infra/providers/local.py, CONTAINER_SPEC).
     private_cgroupns: bool = False
+    # Static nodes: started again when their systemd exits on a reboot (Slurm's
+    # RebootProgram, 'metalslurm maintain'), as firmware boots a server again; podman leaves
+    # a container it was told to stop stopped. Elastic nodes: the power driver's.
+    restart_always: bool = False
     command: tuple[str, ...] = ("/sbin/init",)  # systemd as PID 1
 
     def run_args(self, verb: str = "run") -> list[str]:
@@ -68,6 +72,8 @@ class NodeContainer:
             args += ["--ulimit", limit]
         if self.private_cgroupns:
             args.append("--cgroupns=private")
+        if self.restart_always:
+            args.append("--restart=always")
         return [*args, self.image, *self.command]
 
     def create_body(self) -> dict[str, Any]:
@@ -91,4 +97,5 @@ class NodeContainer:
             "httpproxy": True,  # the host's proxy variables, as 'podman run' passes them
             # Otherwise podman's default, as 'podman run' without --cgroupns.
             **({"cgroupns": {"nsmode": "private"}} if self.private_cgroupns else {}),
+            **({"restart_policy": "always"} if self.restart_always else {}),
         }

@@ -13,9 +13,10 @@ too.
 
 rebootPolicy drain runs for real too (drain, wait for the node's job, reboot, return, one
 node at a time), with three more STAND-INS, each labelled where it is made: the reboot is
-the node container's systemd rebooting, which ends the container, and a watcher here
-starting it again (the server's firmware); a boot unit writing the installed driver's
-version where the role reads the running one (the kernel loading the module); and a
+the node container's systemd rebooting, which ends the container, and podman's restart
+policy starting it again (the local provider's --restart=always: the server's firmware); a
+boot unit writing the installed driver's version where the role reads the running one (the
+kernel loading the module); and a
 stand-in nvidia-smi replaying tests/fixtures/gpu (the GPU facts, read once the driver
 "runs"). Leaves the nodes as it found them (packages purged, files removed).
 """
@@ -27,7 +28,7 @@ import re
 import shutil
 import subprocess
 import threading
-import time
+from datetime import datetime
 
 import pytest
 import yaml
@@ -225,23 +226,47 @@ def test_an_exact_version_moves_the_held_driver_to_it_and_keeps_it_held(standin)
 
 
 class StandInPowerCycle(threading.Thread):
-    """STAND-IN for a server's firmware: a node container whose systemd was told to reboot
-    exits; this starts it again, and records when each node went off and came on."""
+    """Watches the STAND-IN for a server's firmware: a node container whose systemd was told
+    to reboot exits, and podman's restart policy starts it again (the local provider's
+    --restart=always). Records when each node went off and came on, from the container's
+    own times; starts a container left exited (a restart policy that did not fire)."""
 
     def __init__(self, cluster, nodes) -> None:
         super().__init__(daemon=True)
         self.cluster, self.nodes = cluster, nodes
         self.events: list[tuple[float, str, str]] = []  # (time.time(), node, off|on)
         self.done = threading.Event()
+        self.started = {node: self.times(node)[0] for node in nodes}
+
+    def times(self, node: str) -> tuple[str, str, str]:
+        """The container's (StartedAt, FinishedAt, Status)."""
+        out = subprocess.run(["podman", "inspect", "--format", "{{.State.StartedAt}}|"
+                              "{{.State.FinishedAt}}|{{.State.Status}}",
+                              f"{self.cluster.name}-{node}"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+        started, finished, status = (out.split("|") + ["", "", ""])[:3]
+        return started, finished, status
+
+    @staticmethod
+    def epoch(podman_time: str) -> float:
+        """podman's '2026-12-02 21:47:12.379868681 +0000 UTC' as seconds since the epoch."""
+        day, clock, zone = podman_time.split()[:3]
+        whole, _, fraction = clock.partition(".")
+        return datetime.strptime(f"{day} {whole}.{fraction[:6] or '0'} {zone}",
+                                 "%Y-%m-%d %H:%M:%S.%f %z").timestamp()
 
     def run(self) -> None:
         while not self.done.is_set():
             for node in self.nodes:
-                if self.cluster.container_state(node) in ("exited", "stopped"):
-                    self.events.append((time.time(), node, "off"))
+                started, finished, status = self.times(node)
+                if status in ("exited", "stopped"):
                     subprocess.run(["podman", "start", f"{self.cluster.name}-{node}"],
                                    check=True, capture_output=True)
-                    self.events.append((time.time(), node, "on"))
+                    started, finished, status = self.times(node)
+                if started and started != self.started[node] and status == "running":
+                    self.started[node] = started
+                    self.events.append((self.epoch(finished), node, "off"))
+                    self.events.append((self.epoch(started), node, "on"))
             self.done.wait(1)
 
 

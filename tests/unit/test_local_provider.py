@@ -9,6 +9,7 @@ from infra.providers.host_ca import NODE_HOST_CA_DIR
 from infra.providers.local import (
     LocalCluster,
     LocalPlan,
+    boot_time_stand_in,
     container_name,
     host_hardware,
     kernel_has_nfs,
@@ -149,7 +150,8 @@ def test_elastic_nodes_are_cloud_nodes_with_their_hardware_in_the_inventory(tmp_
 def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
     """The node container description gives 'podman run' exactly the arguments it had before
     it was one description with two renderings (infra/providers/node_container.py), and a
-    hardware address fixed by its IP address (CONTAINER_SPEC 4)."""
+    hardware address fixed by its IP address (CONTAINER_SPEC 4), started again when it exits
+    (a static node: CONTAINER_SPEC 5)."""
     cfg = parse_config({"metalslurm:computePools": [
         {"name": "gpu", "count": 1, "gpuType": "h100", "gpuCount": 8}]})
     cluster = local_cluster(cfg, tmp_path)
@@ -161,20 +163,42 @@ def test_a_compute_nodes_container_is_the_one_local_up_always_ran(tmp_path):
         "--runtime", "runc", "run", "-d", "--privileged", "--systemd=always",
         "--name", "metalslurm-gpu-001", "--hostname", "gpu-001", "--no-hosts",
         "--network", "metalslurm-net", "--ip", "10.77.0.11", "--mac-address", "02:6d:0a:4d:00:0b",
-        "--label", "metalslurm.spec=4", "--label", "metalslurm.cluster=metalslurm",
+        "--label", "metalslurm.spec=5", "--label", "metalslurm.cluster=metalslurm",
         "--label", "metalslurm.node=gpu-001", "--label", "metalslurm.groups=slurm_compute",
         "-v", f"{node_dir}:/etc/metalslurm:ro", "-v", f"{ca}:{NODE_HOST_CA_DIR}:ro",
         *[a for d, p in shared for a in ("-v", f"{d}:{p}:nosuid,nodev")],
         "--ulimit", "nofile=8192:8192", "--ulimit", "nproc=8192:8192",
-        "--cgroupns=private", "img:1", "/sbin/init"]
+        "--cgroupns=private", "--restart=always", "img:1", "/sbin/init"]
     body = cluster.node_container(spec, "img:1", cluster.bind_mounts()).create_body()
     assert (body["Networks"], body["cgroupns"], body["r_limits"][0]) == (
         {"metalslurm-net": {"static_ips": ["10.77.0.11"], "static_mac": "02:6d:0a:4d:00:0b"}},
         {"nsmode": "private"},
         {"type": "nofile", "soft": 8192, "hard": 8192})
+    assert body["restart_policy"] == "always"
     assert [(m["source"], m["destination"], m["options"]) for m in body["mounts"]][:2] == [
         (str(node_dir), "/etc/metalslurm", ["rbind", "ro"]),
         (str(ca), NODE_HOST_CA_DIR, ["rbind", "ro"])]
+
+
+def test_an_elastic_nodes_container_is_left_to_the_power_driver_when_it_exits(tmp_path):
+    """Only static nodes come back by themselves after a reboot (podman's restart policy);
+    a stopped elastic node is the power driver's to start."""
+    cfg = parse_config({"metalslurm:computePools": [
+        {"name": "gpu", "count": 1, "elasticCount": 1, "gpuType": "h100", "gpuCount": 8}]})
+    cluster = local_cluster(cfg, tmp_path)
+    made = {name: cluster.node_container(cluster.plan.spec(name), "img:1", [])
+            for name in ("ctl", "gpu-001", "gpu-002")}
+    assert {n: "--restart=always" in c.run_args() for n, c in made.items()} == {
+        "ctl": True, "gpu-001": True, "gpu-002": False}
+    assert "restart_policy" not in made["gpu-002"].create_body()
+
+
+@pytest.mark.parametrize("os_id, stand_in", [("debian13", True), ("debian12", False)])
+def test_slurmd_reports_its_containers_start_as_a_boot_only_where_slurm_reads_it(os_id,
+                                                                              stand_in):
+    """slurmd -b takes SLURMD_BOOT_TIME from 24.11 (Debian 13); 22.05's (Debian 12) would
+    count every slurmd restart as a reboot."""
+    assert boot_time_stand_in(os_id) is stand_in
 
 
 @pytest.mark.parametrize("address, mac", [("10.77.0.11", "02:6d:0a:4d:00:0b"),

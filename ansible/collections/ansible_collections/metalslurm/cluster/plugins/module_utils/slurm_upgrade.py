@@ -35,6 +35,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 __all__ = [
     "DAEMON_ORDER",
     "MAJOR_RELEASES",
+    "SLURMD_BOOT_TIME_SINCE",
     "SOURCE_PACKAGE",
     "WIDER_WINDOW_SINCE",
     "HostSlurm",
@@ -57,6 +58,13 @@ MAJOR_RELEASES: tuple[SlurmVersion, ...] = tuple(
 
 # The first release that reads the state of three releases before it (two before that).
 WIDER_WINDOW_SINCE = SlurmVersion(24, 11)
+
+# The first release whose 'slurmd -b' (Slurm's test switch: report a boot) takes the boot
+# time from SLURMD_BOOT_TIME, so that slurmd restarted within one boot keeps it (read in
+# 24.11's slurmd.c; 22.05's '-b' counts every slurmd start as a boot, and releases between
+# were not read). The local provider's node containers report Slurm's reboots with it
+# (docs/lab/reboot-stand-in.md).
+SLURMD_BOOT_TIME_SINCE = SlurmVersion(24, 11)
 
 # SchedMD's upgrade order: a daemon earlier here is upgraded first and runs the newer release.
 DAEMON_ORDER = ("slurmdbd", "slurmctld", "slurmd", "client")
