@@ -424,6 +424,33 @@ def _add_accept(sub: _Commands) -> None:
     acc_rep.set_defaults(func=cmd_accept_report)
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from infra.ops.maintain import run_maintain
+
+    return run_maintain(args.inventory, nodes=args.nodes, reboot=args.reboot,
+                        batch=args.batch, log=say)
+
+
+def _add_maintain(sub: _Commands) -> None:
+    """``maintain --reboot``: rolling reboots that kill no job."""
+    main = sub.add_parser(
+        "maintain", help="rolling reboots of compute nodes, running jobs finishing first",
+        description="Reboot compute nodes through Slurm ('scontrol reboot ASAP "
+        "nextstate=DOWN'): each takes no new job, its running jobs end, it reboots and "
+        "registers DOWN; its health checker runs over SSH and only a passing node is resumed "
+        "(with the acceptance gate on: drained into the gate). At most --batch nodes out at "
+        "once, idle nodes first. Stopped half-way, a run again with the same nodes goes on "
+        "where each node was. Exit 1 when a node failed.")
+    main.add_argument("-i", "--inventory", type=Path,
+                      help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
+    main.add_argument("--nodes", required=True,
+                      help="a hostlist of compute nodes (gpu-[001-004])")
+    main.add_argument("--reboot", action="store_true", help="reboot them (required)")
+    main.add_argument("--batch", type=int, default=1, metavar="N",
+                      help="nodes out of service at once (default 1)")
+    main.set_defaults(func=cmd_maintain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``metalslurm`` command line: one subcommand per operator task."""
     parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
@@ -439,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_wheelhouse(sub)
     _add_report(sub)
     _add_accept(sub)
+    _add_maintain(sub)
     return parser
 
 

@@ -1,0 +1,444 @@
+"""``metalslurm maintain --reboot``: rolling reboots of compute nodes without killing a job.
+
+Each node is rebooted by Slurm itself (``scontrol reboot ASAP nextstate=DOWN``): it takes
+no new job, its running jobs end as they would, slurmd runs the RebootProgram
+(slurm_controller's ``slurm_controller_reboot_program``) and the node registers again DOWN.
+This command then runs the node's health checker over SSH, as Slurm runs it, and returns the
+node to service (``state=RESUME``) only when it passes; a failing node is drained by the
+checker itself, with its own reason (it returns the node once it passes), and where the
+acceptance gate is on a rebooted node is drained into it instead ('metalslurm accept' tests
+it and returns it).
+
+At most ``batch`` nodes are out of service at once, idle nodes first, so that one busy node
+does not hold back the others. Every step is one Slurm command whose effect Slurm keeps: a
+run stopped half-way (Ctrl-C, a lost connection) leaves each node drained with its reboot
+still pending, or DOWN with this command's reason, and the next run with the same nodes
+takes each one up where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    ACCEPT_REASON_PREFIX,
+    cluster_defaults,
+)
+from ansible_collections.metalslurm.cluster.plugins.module_utils.health import (
+    health_settings,
+)
+
+# The reason this command gives Slurm. Slurm appends its own steps to it (": reboot issued",
+# ": reboot complete"); the request's time in it lets a later run tell a node rebooted since.
+REASON_PREFIX = "metalslurm-maintain:"
+_REQUESTED_RE = re.compile(re.escape(REASON_PREFIX) + r" reboot requested at (\d+)")
+POLL_SECONDS = 2.0
+# A resumed node is pinged at once (slurmctld's ping_nodes_now); this bounds the wait.
+PING_WAIT_SECONDS = 120
+READ_TRIES = 5
+# Node states that mean jobs still run there.
+BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+PENDING_REBOOT = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
+class MaintainError(RuntimeError):
+    """The run cannot go on (the message says what to do; a run again picks up)."""
+
+
+class Shell(Protocol):
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as slurmctld sees it."""
+
+    name: str
+    states: frozenset[str]  # upper case: IDLE, DOWN, DRAIN, REBOOT_REQUESTED, ...
+    boot_time: int  # seconds since the epoch
+    reason: str
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.states & BUSY)
+
+    @property
+    def requested_at(self) -> int | None:
+        """When this command asked for the node's reboot (from the reason), if it did."""
+        match = _REQUESTED_RE.match(self.reason)
+        return int(match[1]) if match else None
+
+    @property
+    def rebooted(self) -> bool:
+        """Back from the reboot this command asked for: registered with a later boot time
+        and no reboot pending."""
+        requested = self.requested_at
+        return (requested is not None and self.boot_time >= requested
+                and not self.states & PENDING_REBOOT and "reboot timed out" not in self.reason)
+
+    def describe(self) -> str:
+        return "+".join(sorted(self.states)) or "UNKNOWN"
+
+
+def _number(value: Any) -> int:
+    """A number of Slurm's JSON: plain (22.05) or {"set", "infinite", "number"} (23.02 on)."""
+    if isinstance(value, Mapping):
+        value = value.get("number") if value.get("set", True) else 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def parse_nodes(text: str) -> dict[str, NodeView]:
+    """``scontrol --json show node``'s nodes, from 22.05's data parser on: the state a list
+    of words (23.02 on) or one word with ``state_flags`` (22.05)."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MaintainError(f"scontrol --json show node printed no JSON ({exc}); is "
+                            "Slurm's JSON serializer installed on the controller?") from None
+    views = {}
+    for node in document.get("nodes") or []:
+        state = node.get("state")
+        words = [state] if isinstance(state, str) else list(state or [])
+        words += list(node.get("state_flags") or [])
+        views[str(node.get("name"))] = NodeView(
+            str(node.get("name")), frozenset(str(w).upper() for w in words),
+            _number(node.get("boot_time")), str(node.get("reason") or ""))
+    return views
+
+
+@dataclass
+class Progress:
+    """One node's way through the run (monotonic seconds)."""
+
+    node: str
+    requested: int  # the epoch second in its reason
+    out_since: float | None = None  # when it stopped running jobs (reboot issued)
+    back_at: float | None = None
+    outcome: str = ""  # "back in service", "handed to the gate", or why it failed
+    resumed: bool = False  # resumed, waiting for slurmctld to reach it
+    resumed_at: float | None = None
+    ok: bool = False
+    said: str = ""  # the last phase reported
+
+
+@dataclass
+class MaintainResult:
+    done: list[Progress] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[Progress]:
+        return [p for p in self.done if not p.ok]
+
+
+@dataclass(frozen=True)
+class Settings:
+    batch: int
+    health_program: str | None  # None: the inventory turned the health checker off
+    gate: bool
+    elastic: frozenset[str] = frozenset()  # cloud nodes: each resume boots them anew
+
+
+def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
+                            elastic: Iterable[str] = ()) -> Settings:
+    from infra.stack.accept import settings_from_inventory as gate_settings
+
+    health = health_settings(all_vars.get("metalslurm_health") or {})
+    return Settings(batch=batch,
+                    health_program=(cluster_defaults()["health_program"]
+                                    if health["enabled"] else None),
+                    gate=gate_settings(all_vars, None).gate, elastic=frozenset(elastic))
+
+
+class Maintain:
+    def __init__(self, controller: Shell, node_shell: Callable[[str], Shell], settings: Settings,
+                 log: Callable[[str], None] = print, poll: float = POLL_SECONDS,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.controller, self.node_shell, self.settings = controller, node_shell, settings
+        self.log, self.poll, self.clock = log, poll, clock
+        self.monotonic, self.sleep = monotonic, sleep
+
+    # ---- Slurm, on the controller ------------------------------------------------------
+
+    def read(self, nodes: Iterable[str]) -> dict[str, NodeView]:
+        """The nodes as slurmctld sees them (none named: every node); a failed read
+        (slurmctld restarting, an SSH hiccup) is tried again and then stops the run, never
+        taken for an answer."""
+        names = ",".join(nodes)
+        command = "scontrol --json show node" + (f" {shlex.quote(names)}" if names else "")
+        problem = ""
+        for attempt in range(READ_TRIES):
+            if attempt:
+                self.sleep(self.poll)
+            try:
+                proc = self.controller.run(command, check=False)
+            except RuntimeError as exc:
+                problem = str(exc)
+                continue
+            if proc.returncode == 0:
+                return parse_nodes(proc.stdout)
+            problem = (proc.stderr or proc.stdout).strip()[-300:]
+        raise MaintainError(f"scontrol failed {READ_TRIES} times on the controller ({problem});"
+                            " run 'metalslurm maintain' again with the same nodes once Slurm "
+                            "answers: it takes each node up where it was")
+
+    def scontrol(self, arguments: str) -> None:
+        self.controller.run(f"scontrol {arguments}")
+
+    # ---- the run -----------------------------------------------------------------------
+
+    def run(self, nodes: Sequence[str]) -> MaintainResult:
+        start = self.monotonic()
+        result = MaintainResult()
+        views = self.read(())
+        unknown = [n for n in nodes if n not in views]
+        if unknown:
+            raise MaintainError(f"Slurm does not know {', '.join(unknown)}; give nodes "
+                                "'sinfo' lists")
+        queue = list(nodes)
+        active: dict[str, Progress] = {}
+        active_seen = False  # the first round uses the first read
+        while queue or active:
+            if queue and len(active) < self.settings.batch and active_seen:
+                views.update(self.read(queue))  # the waiting nodes as they are now
+            while queue and len(active) < self.settings.batch:
+                # Nodes an earlier run asked for first (out of service already), then idle
+                # ones, so that one busy node does not hold back the others; the given
+                # order within each kind (sort is stable).
+                queue.sort(key=lambda n: (views[n].requested_at is None, views[n].busy))
+                name = queue.pop(0)
+                why = self.left_alone(views[name])
+                if why:
+                    result.skipped[name] = why
+                    self.log(f"{name}: {why}")
+                    continue
+                active[name] = self.request(views[name])
+            if not active:
+                break
+            self.sleep(self.poll)
+            active_seen = True
+            views.update(self.read(active))
+            for name in list(active):
+                if self.advance(active[name], views.get(name)):
+                    result.done.append(active.pop(name))
+        result.seconds = self.monotonic() - start
+        return result
+
+    def left_alone(self, view: NodeView) -> str:
+        """Why a node is not rebooted, or "" (a node drained by someone else keeps its drain:
+        its reboot would end in a resume that lifts it)."""
+        if view.requested_at is not None:
+            return ""
+        if view.name in self.settings.elastic:
+            return ("an elastic node (each resume boots it anew; 'scontrol power_down' it "
+                    "instead): left alone")
+        if "DRAIN" in view.states or "DOWN" in view.states:
+            return (f"{view.describe().lower()} by someone else ({view.reason or 'no reason'}):"
+                    " left alone; resume it or give another node")
+        if view.states & PENDING_REBOOT:
+            return "has a reboot pending that this command did not ask for: left alone"
+        return ""
+
+    def request(self, view: NodeView) -> Progress:
+        """Ask Slurm for the node's reboot, or take up the request of an earlier run."""
+        if view.requested_at is not None:
+            self.log(f"{view.name}: its reboot was asked for by an earlier run "
+                     f"({view.describe().lower()}): taken up")
+            progress = Progress(view.name, view.requested_at)
+            if not view.busy:
+                progress.out_since = self.monotonic()
+            return progress
+        requested = int(self.clock())
+        reason = f"{REASON_PREFIX} reboot requested at {requested}"
+        self.scontrol(f"reboot ASAP nextstate=DOWN reason={shlex.quote(reason)} {view.name}")
+        self.log(f"{view.name}: reboot requested" + (
+            " (it waits for its jobs to end; it takes no new one)" if view.busy else ""))
+        progress = Progress(view.name, requested)
+        if not view.busy:
+            progress.out_since = self.monotonic()
+        return progress
+
+    def say(self, progress: Progress, phase: str) -> None:
+        if progress.said != phase:
+            progress.said = phase
+            self.log(f"{progress.node}: {phase}")
+
+    def advance(self, progress: Progress, view: NodeView | None) -> bool:
+        """One look at a node in the run; True once it is done with (back or failed)."""
+        name = progress.node
+        if view is None:
+            progress.outcome = "Slurm no longer knows it (removed from slurm.conf?)"
+            self.log(f"{name}: {progress.outcome}")
+            return True
+        if "reboot timed out" in view.reason:
+            progress.outcome = (f"did not register within ResumeTimeout after its reboot "
+                                f"({view.reason}); it stays DOWN: look at its console")
+            self.log(f"{name}: FAILED: {progress.outcome}")
+            return True
+        if progress.resumed:
+            # A resumed DOWN node is marked not responding until slurmctld's next ping.
+            if "NOT_RESPONDING" in view.states:
+                if self.monotonic() - (progress.resumed_at or 0.0) <= PING_WAIT_SECONDS:
+                    self.say(progress, "resumed; waiting for slurmctld to reach it")
+                    return False
+                progress.outcome = (f"resumed, but slurmctld has not reached its slurmd in "
+                                    f"{PING_WAIT_SECONDS} s ({view.describe()})")
+                self.log(f"{name}: FAILED: {progress.outcome}")
+                return True
+            progress.back_at = self.monotonic()
+            progress.ok = True
+            out = progress.back_at - (progress.out_since or progress.back_at)
+            self.log(f"{name}: {progress.outcome} ({out:.0f} s out of service)")
+            return True
+        if view.requested_at is None or view.requested_at != progress.requested:
+            progress.outcome = (f"its state was changed by someone else ({view.describe()}, "
+                                f"{view.reason or 'no reason'}); left as it is")
+            self.log(f"{name}: {progress.outcome}")
+            return True
+        if view.busy:
+            self.say(progress, "waiting for its jobs to end (drained, reboot pending)")
+            return False
+        if progress.out_since is None:
+            progress.out_since = self.monotonic()
+        if not view.rebooted:
+            self.say(progress, "rebooting")
+            return False
+        self.say(progress, f"registered again {self.monotonic() - progress.out_since:.0f} s "
+                 "after its reboot was issued")
+        return self.return_to_service(progress)
+
+    def return_to_service(self, progress: Progress) -> bool:
+        """Health check, then the gate or service; True when done with the node (a resumed
+        one is done once slurmctld reaches it)."""
+        name = progress.node
+        failing = self.health_problem(name)
+        if failing:
+            progress.outcome = f"failed its health check after the reboot: {failing}"
+            self.log(f"{name}: FAILED: {progress.outcome}")
+            return True
+        if self.settings.health_program is not None:
+            self.log(f"{name}: health check passed")
+        if self.settings.gate:
+            reason = f"{ACCEPT_REASON_PREFIX} rebooted by metalslurm maintain"
+            # DOWN and drained: the gate resumes it into its reservation for its tests.
+            self.scontrol(f"update nodename={name} state=drain reason={shlex.quote(reason)}")
+            progress.outcome = "handed to the acceptance gate (run 'metalslurm accept')"
+            progress.back_at, progress.ok = self.monotonic(), True
+            self.log(f"{name}: {progress.outcome}")
+            return True
+        self.scontrol(f"update nodename={name} state=resume")
+        progress.outcome, progress.resumed = "back in service", True
+        progress.resumed_at = self.monotonic()
+        return False
+
+    def health_problem(self, name: str) -> str:
+        """Run the node's health checker as Slurm does (HealthCheckProgram): a failing node
+        is drained by the checker itself, with its own reason, and returned by it once it
+        passes. "" when it passes or the inventory turned it off; otherwise what failed."""
+        program = self.settings.health_program
+        if program is None:
+            return ""
+        try:
+            proc = self.node_shell(name).run(shlex.quote(program), check=False, timeout=300)
+        except RuntimeError as exc:
+            return (f"the health checker could not be run over SSH ({exc}); the node stays "
+                    "DOWN: run it by hand, then resume the node")
+        if proc.returncode == 0:
+            return ""
+        said = [line for line in (proc.stdout or "").splitlines()
+                if line.startswith(f"node {name}: drain")]
+        if proc.returncode == 1 and said:
+            reason = said[-1].split(": ", 2)[-1]
+            return f"drained by the checker ({reason}); it returns the node once it passes"
+        return (f"{program} ended with exit status {proc.returncode} "
+                f"({(proc.stderr or proc.stdout or '').strip()[-200:]}); the node stays DOWN: "
+                "run it by hand, then resume the node")
+
+
+# ---- the command -------------------------------------------------------------------------
+
+
+def checked_batch(value: int) -> int:
+    from infra.stack.inputs import InputError
+
+    if value < 1:
+        raise InputError("--batch", "must be 1 or more: the number of nodes out of service "
+                         "at once", str(value))
+    return value
+
+
+def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
+                 log: Callable[[str], None]) -> int:
+    """Reboot the inventory's compute nodes ``nodes`` (a hostlist) in batches of ``batch``;
+    every input checked before anything runs on a node. Exit status 1 when a node failed."""
+    from infra.accept.remote import Remote
+    from infra.ops.inventory_file import (
+        INVENTORY_FILE,
+        group_hosts,
+        hosts_in_group,
+        load_inventory,
+    )
+    from infra.stack.inputs import InputError, parse_hostlist
+
+    if inventory is None:
+        raise InputError("--inventory", f"is required: give {INVENTORY_FILE}")
+    document = load_inventory(inventory, "--inventory")
+    if not reboot:
+        raise InputError("--reboot", "is required: rolling reboots are what 'maintain' does "
+                         "(give --reboot)")
+    checked_batch(batch)
+    root = document.get("all") or {}
+    all_vars = root.get("vars") or {}
+    hosts = root.get("hosts") or {}
+    compute = group_hosts(document, "slurm_compute")
+    requested = parse_hostlist(nodes, "--nodes")
+    unknown = [n for n in requested if n not in compute]
+    if unknown:
+        raise InputError("--nodes", f"names {', '.join(unknown)}, not compute nodes of the "
+                         f"inventory ({', '.join(compute) or 'none'}); give compute nodes",
+                         nodes)
+    elastic = [n for n in compute
+               if (hosts.get(n) or {}).get("metalslurm_node_state") == "cloud"]
+    settings = settings_from_inventory(all_vars, batch, elastic)
+    controller_name = hosts_in_group(inventory, "slurm_controller")[0]
+
+    def host_vars(name: str) -> dict[str, Any]:
+        return {**all_vars, **(hosts.get(name) or {})}
+
+    controller = Remote(controller_name, host_vars(controller_name))
+    shells: dict[str, Remote] = {}
+
+    def node_shell(name: str) -> Remote:
+        if name not in shells:
+            shells[name] = Remote(name, host_vars(name))
+        return shells[name]
+
+    try:
+        result = Maintain(controller, node_shell, settings, log=log).run(requested)
+    finally:
+        for shell in [controller, *shells.values()]:
+            shell.close()
+    back = [p for p in result.done if p.ok and p.resumed]
+    gated = [p for p in result.done if p.ok and not p.resumed]
+    outs = [p.back_at - p.out_since for p in result.done
+            if p.ok and p.back_at is not None and p.out_since is not None]
+    log(f"{len(back)} rebooted and returned, "
+        + (f"{len(gated)} rebooted and handed to the acceptance gate, " if gated else "")
+        + f"{len(result.failed)} failed, {len(result.skipped)} left alone; "
+        f"{result.seconds:.0f} s"
+        + (f"; out of service {min(outs):.0f}-{max(outs):.0f} s a node (waiting for jobs not "
+           "counted)" if outs else ""))
+    return 1 if result.failed else 0

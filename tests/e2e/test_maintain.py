@@ -1,0 +1,119 @@
+"""Rolling reboots with 'metalslurm maintain --reboot' on the Debian 13 cluster (Slurm 24.11):
+Slurm's own reboot of real node containers, a job running on one of them.
+
+What stands in for a server here, each labelled where it is made: the container's systemd
+rebooting ends the container and podman's restart policy starts it again (the local
+provider's --restart=always, infra/providers/node_container.py), as firmware boots a
+server; and slurmd reports the container's start as the node's boot ('slurmd -b' with
+SLURMD_BOOT_TIME, slurm_compute_boot_time_stand_in), since a container shares the host's
+uptime. Everything else is real: RebootProgram, 'scontrol reboot ASAP nextstate=DOWN', the
+drain, the job running to its end, slurmd registering again, the health checker, the
+resume. Leaves gpu-001 and gpu-002 idle.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from datetime import datetime
+
+import pytest
+
+from tests.e2e.cluster import JOB_TIMEOUT, metalslurm, wait_for
+
+NODES = ("gpu-001", "gpu-002")
+
+
+@pytest.fixture(scope="module")
+def cluster(debian13):
+    assert debian13.up.returncode == 0, debian13.up.stdout[-3000:]
+    wait_for("gpu-001 and gpu-002 to be idle", lambda: all(
+        node_view(debian13, n) == ("idle", "none") for n in NODES), timeout=120)
+    yield debian13
+    for node in NODES:
+        if node_view(debian13, node)[0] != "idle":
+            debian13.ctl(f"scontrol update NodeName={node} State=RESUME", check=False)
+
+
+def node_view(cluster, node: str) -> tuple[str, str]:
+    state, _, reason = cluster.ctl(f"sinfo --noheader --Node --partition=train --nodes={node} "
+                                   "--format='%T|%E'").stdout.strip().partition("|")
+    return state, reason
+
+
+def boot_time(cluster, node: str) -> int:
+    out = cluster.ctl(f"scontrol show node {node}").stdout
+    stamp = re.search(r"BootTime=(\S+)", out)[1]
+    return int(datetime.fromisoformat(stamp).timestamp())
+
+
+def container_started(cluster, node: str) -> str:
+    return subprocess.run(["podman", "inspect", "--format", "{{.State.StartedAt}}",
+                           f"{cluster.name}-{node}"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_rolling_reboot_waits_for_the_job_and_kills_nothing(cluster):
+    """Two nodes in batches of one while a job runs on gpu-001: gpu-002 (idle) reboots at
+    once, gpu-001 only after its job; both come back idle through the health checker; the
+    job completes; the containers really restarted."""
+    assert cluster.ctl("scontrol show config | grep -E '^RebootProgram'").stdout.split() == [
+        "RebootProgram", "=", "/usr/sbin/reboot"]
+    before = {n: (boot_time(cluster, n), container_started(cluster, n)) for n in NODES}
+    since = cluster.ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
+    job = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 45'")
+    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
+             timeout=JOB_TIMEOUT)
+
+    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", "gpu-[001-002]",
+                     "--reboot", "--batch", "1", timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    said = [line for line in lines if line.startswith(NODES)]
+    # Idle first, one at a time: gpu-002 was back before gpu-001's reboot was asked for.
+    back = next(i for i, line in enumerate(said) if line.startswith("gpu-002: back in service"))
+    assert said[0] == "gpu-002: reboot requested", said
+    assert said.index("gpu-001: reboot requested (it waits for its jobs to end; it takes no "
+                      "new one)") == back + 1, said
+    assert "gpu-001: waiting for its jobs to end (drained, reboot pending)" in said
+    for node in NODES:
+        assert f"{node}: health check passed" in said
+    assert any(re.fullmatch(r"2 rebooted and returned, 0 failed, 0 left alone; \d+ s; out of "
+                            r"service \d+-\d+ s a node \(waiting for jobs not counted\)", line)
+               for line in lines), lines
+
+    # The job ran to its end; gpu-002 rebooted while it ran, gpu-001 only after it ended.
+    assert cluster.wait_until_done(job) == "COMPLETED"
+    (row,) = cluster.ctl(f"SLURM_TIME_FORMAT=%s sacct --allocations --noheader --parsable2 "
+                         f"--jobs={job} --format=State,ExitCode,NodeList,Start,End"
+                         ).stdout.splitlines()
+    state, code, nodes, started, ended = row.split("|")
+    assert (state, code, nodes) == ("COMPLETED", "0:0", "gpu-001")
+    after = {n: (boot_time(cluster, n), container_started(cluster, n)) for n in NODES}
+    assert int(started) < after["gpu-002"][0] < int(ended), (row, after)
+    assert after["gpu-001"][0] >= int(ended), (row, after)
+    for node in NODES:
+        assert after[node][0] > before[node][0]
+        assert after[node][1] != before[node][1], f"{node}'s container did not restart"
+        assert node_view(cluster, node) == ("idle", "none")
+    # No job of the window was killed (a reboot under a job would end it NODE_FAIL).
+    killed = cluster.ctl(f"sacct --allocations --noheader --parsable2 --starttime={since} "
+                         "--state=NODE_FAIL,FAILED,CANCELLED,TIMEOUT,PREEMPTED "
+                         "--nodelist=gpu-001,gpu-002 --format=JobID,State").stdout
+    assert killed.strip() == ""
+
+    # slurmd restarted within one boot keeps its boot time: no reboot is reported.
+    booted = boot_time(cluster, "gpu-002")
+    cluster.on("gpu-002", "systemctl restart slurmd")
+    wait_for("gpu-002 to answer again", lambda: node_view(cluster, "gpu-002") == (
+        "idle", "none"), timeout=60)
+    assert boot_time(cluster, "gpu-002") == booted
+
+
+def test_bad_input_changes_nothing(cluster):
+    for argv, named in ((["--nodes", "gpu-001", "--reboot", "--batch", "0"], "--batch"),
+                        (["--nodes", "ctl", "--reboot"], "--nodes"),
+                        (["--nodes", "gpu-001"], "--reboot")):
+        run = metalslurm("maintain", "-i", str(cluster.inventory), *argv)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {named}"), run.stderr
+    assert [node_view(cluster, n) for n in NODES] == [("idle", "none")] * 2

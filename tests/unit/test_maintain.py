@@ -1,0 +1,339 @@
+"""``metalslurm maintain --reboot`` (infra/ops/maintain.py) against a stand-in slurmctld that
+keeps node states as Slurm does through ``scontrol reboot ASAP nextstate=DOWN``: a busy node
+is drained with its reboot pending until its jobs end, then the reboot is issued, and one
+poll later it registers DOWN with a later boot time and Slurm's ": reboot complete"."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from infra import cli
+from infra.ops import maintain as m
+
+SHOW = "scontrol --json show node "
+
+
+@dataclass
+class FakeNode:
+    states: set[str]
+    boot: int = 1000
+    reason: str = ""
+    job_ends: int = 0  # the tick its jobs end; busy before
+
+
+@dataclass
+class FakeSlurm:
+    nodes: dict[str, FakeNode]
+    tick: int = 0
+    commands: list[str] = field(default_factory=list)
+    json_22_05: bool = False
+    timeout_on: set[str] = field(default_factory=set)  # nodes that never come back
+    unreachable: set[str] = field(default_factory=set)  # resumed, never answer a ping
+
+    def clock(self) -> float:
+        return 2000.0 + self.tick
+
+    def sleep(self, _seconds: float) -> None:
+        self.tick += 1
+        for name, node in self.nodes.items():
+            if "NOT_RESPONDING" in node.states and name not in self.unreachable:
+                node.states.discard("NOT_RESPONDING")  # slurmctld's ping reached it
+            if node.job_ends and self.tick >= node.job_ends:
+                node.job_ends = 0
+                node.states -= {"ALLOCATED"}
+                node.states.add("IDLE")
+            if "REBOOT_ISSUED" in node.states:
+                if name in self.timeout_on:
+                    node.states = {"DOWN"}
+                    node.reason += " : reboot timed out"
+                else:
+                    node.states = {"DOWN"}
+                    node.boot = int(self.clock())
+                    node.reason += " : reboot complete"
+            elif "REBOOT_REQUESTED" in node.states and "ALLOCATED" not in node.states:
+                node.states = {"DOWN", "REBOOT_ISSUED"}
+                node.reason += " : reboot issued"
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> SimpleNamespace:
+        self.commands.append(command)
+        if command.startswith(SHOW.strip()):
+            words = shlex.split(command[len(SHOW):])
+            names = words[0].split(",") if words else list(self.nodes)
+            return SimpleNamespace(returncode=0, stdout=self.show(names), stderr="")
+        words = shlex.split(command)
+        if words[:3] == ["scontrol", "reboot", "ASAP"]:
+            reason = next(w.split("=", 1)[1] for w in words if w.startswith("reason="))
+            node = self.nodes[words[-1]]
+            node.states |= {"DRAIN", "REBOOT_REQUESTED"}
+            node.reason = reason
+        elif words[:2] == ["scontrol", "update"]:
+            options = dict(w.split("=", 1) for w in words[2:])
+            node = self.nodes[options["nodename"]]
+            if options["state"] == "resume":
+                # A resumed DOWN node is not responding until slurmctld pings it.
+                node.states, node.reason = {"IDLE", "NOT_RESPONDING"}, ""
+            else:
+                node.states.add("DRAIN")
+                node.reason = options["reason"]
+        else:
+            raise AssertionError(f"unexpected command {command!r}")
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    def show(self, names: list[str]) -> str:
+        out = []
+        for name in names:
+            node = self.nodes[name]
+            if self.json_22_05:
+                base = next(s for s in sorted(node.states)
+                            if s in {"IDLE", "ALLOCATED", "DOWN"})
+                out.append({"name": name, "state": base.lower(),
+                            "state_flags": sorted(node.states - {base}),
+                            "boot_time": node.boot, "reason": node.reason})
+            else:
+                out.append({"name": name, "state": sorted(node.states),
+                            "boot_time": {"set": True, "infinite": False, "number": node.boot},
+                            "reason": node.reason})
+        return json.dumps({"nodes": out})
+
+
+class FakeNodeShell:
+    """The node's health checker as Slurm runs it: a failing node drains itself (with its
+    own reason, in the stand-in slurmctld) and exits 1."""
+
+    def __init__(self, healthy: dict[str, bool], slurm: FakeSlurm | None = None,
+                 exit_status: int | None = None) -> None:
+        self.healthy, self.slurm, self.exit_status, self.ran = healthy, slurm, exit_status, []
+
+    def __call__(self, name: str) -> FakeNodeShell:
+        self.current = name
+        return self
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> SimpleNamespace:
+        self.ran.append((self.current, command))
+        if self.exit_status is not None:
+            return SimpleNamespace(returncode=self.exit_status, stdout="",
+                                   stderr="metalslurm-health: bad config")
+        if self.healthy.get(self.current, True):
+            return SimpleNamespace(returncode=0, stdout="ok gpus\n", stderr="")
+        reason = "metalslurm-health: gpus: 7 of 8 GPUs (GPU 3 missing)"
+        node = self.slurm.nodes[self.current]
+        node.states.add("DRAIN")
+        node.reason = reason
+        return SimpleNamespace(returncode=1, stdout=f"fail gpus 7 of 8\nnode {self.current}: "
+                               f"drain: {reason}\n", stderr="")
+
+
+def runner(slurm: FakeSlurm, shell: FakeNodeShell, batch: int = 1, gate: bool = False,
+           health: str | None = "/usr/local/sbin/metalslurm-health") -> tuple[m.Maintain, list]:
+    lines: list[str] = []
+    tick = lambda: float(slurm.tick)  # noqa: E731
+    return m.Maintain(slurm, shell, m.Settings(batch, health, gate), log=lines.append, poll=0,
+                      clock=slurm.clock, monotonic=tick, sleep=slurm.sleep), lines
+
+
+def changes(slurm: FakeSlurm) -> list[str]:
+    return [re.sub(r"at \d+", "at T", c) for c in slurm.commands
+            if not c.startswith(SHOW.strip())]
+
+
+def test_a_busy_node_reboots_after_its_job_and_the_idle_one_at_once_one_at_a_time():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"ALLOCATED"}, job_ends=9),
+                       "gpu-002": FakeNode({"IDLE"})})
+    shell = FakeNodeShell({})
+    run, lines = runner(slurm, shell)
+    result = run.run(["gpu-001", "gpu-002"])
+    assert changes(slurm) == [
+        "scontrol reboot ASAP nextstate=DOWN reason='metalslurm-maintain: reboot requested at "
+        "T' gpu-002",
+        "scontrol update nodename=gpu-002 state=resume",
+        "scontrol reboot ASAP nextstate=DOWN reason='metalslurm-maintain: reboot requested at "
+        "T' gpu-001",
+        "scontrol update nodename=gpu-001 state=resume"]
+    assert [(p.node, p.ok, p.outcome) for p in result.done] == [
+        ("gpu-002", True, "back in service"), ("gpu-001", True, "back in service")]
+    # gpu-002: issued at the first poll, back at the second; gpu-001 was asked then, and its
+    # reboot issued only as its job ended (tick 9), back one poll later.
+    assert slurm.nodes["gpu-002"].boot == 2002
+    assert slurm.nodes["gpu-001"].boot == 2010
+    assert [n.states for n in slurm.nodes.values()] == [{"IDLE"}, {"IDLE"}]
+    assert "gpu-001: waiting for its jobs to end (drained, reboot pending)" in lines
+    assert [n for n, _c in shell.ran] == ["gpu-002", "gpu-001"]
+    assert shell.ran[0][1] == "/usr/local/sbin/metalslurm-health"
+
+
+def test_a_batch_of_two_asks_both_at_once():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"}), "gpu-002": FakeNode({"IDLE"}),
+                       "gpu-003": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}), batch=2)
+    run.run(["gpu-001", "gpu-002", "gpu-003"])
+    verbs = [c.split()[-1] if "reboot" in c else "resume " + c.split()[2]
+             for c in changes(slurm)]
+    assert verbs == ["gpu-001", "gpu-002", "resume nodename=gpu-001",
+                     "resume nodename=gpu-002", "gpu-003", "resume nodename=gpu-003"]
+
+
+def test_slurm_22_05_json_is_read_as_well():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})}, json_22_05=True)
+    run, _lines = runner(slurm, FakeNodeShell({}))
+    result = run.run(["gpu-001"])
+    assert [(p.node, p.ok) for p in result.done] == [("gpu-001", True)]
+
+
+def test_a_node_failing_its_health_check_stays_out_with_the_checkers_reason():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    run, lines = runner(slurm, FakeNodeShell({"gpu-001": False}, slurm))
+    result = run.run(["gpu-001"])
+    # The checker drained it itself; nothing resumed it.
+    assert changes(slurm) == ["scontrol reboot ASAP nextstate=DOWN reason='metalslurm-maintain: "
+                              "reboot requested at T' gpu-001"]
+    assert slurm.nodes["gpu-001"].states == {"DOWN", "DRAIN"}
+    assert [p.node for p in result.failed] == ["gpu-001"]
+    assert result.failed[0].outcome == (
+        "failed its health check after the reboot: drained by the checker (metalslurm-health: "
+        "gpus: 7 of 8 GPUs (GPU 3 missing)); it returns the node once it passes")
+    assert f"gpu-001: FAILED: {result.failed[0].outcome}" in lines
+
+
+def test_a_checker_that_cannot_run_leaves_the_node_down():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}, exit_status=2))
+    result = run.run(["gpu-001"])
+    assert slurm.nodes["gpu-001"].states == {"DOWN"}
+    assert result.failed[0].outcome.startswith(
+        "failed its health check after the reboot: /usr/local/sbin/metalslurm-health ended "
+        "with exit status 2 (metalslurm-health: bad config); the node stays DOWN")
+
+
+def test_with_the_gate_on_a_rebooted_node_is_drained_into_it_not_resumed():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}), gate=True)
+    result = run.run(["gpu-001"])
+    assert changes(slurm)[-1] == ("scontrol update nodename=gpu-001 state=drain "
+                                  "reason='metalslurm-accept: rebooted by metalslurm maintain'")
+    assert result.done[0].outcome.startswith("handed to the acceptance gate")
+
+
+def test_with_the_health_checker_off_nothing_runs_on_the_node():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    shell = FakeNodeShell({"gpu-001": False})
+    run, _lines = runner(slurm, shell, health=None)
+    assert run.run(["gpu-001"]).done[0].ok
+    assert shell.ran == []
+
+
+def test_a_node_drained_by_someone_else_is_left_alone():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE", "DRAIN"}, reason="bad fan"),
+                       "gpu-002": FakeNode({"IDLE"})})
+    run, lines = runner(slurm, FakeNodeShell({}))
+    result = run.run(["gpu-001", "gpu-002"])
+    assert result.skipped == {"gpu-001": "drain+idle by someone else (bad fan): left alone; "
+                                         "resume it or give another node"}
+    assert all("gpu-001" not in c for c in changes(slurm))
+
+
+def test_an_elastic_node_is_left_alone():
+    slurm = FakeSlurm({"gpu-003": FakeNode({"IDLE"}), "gpu-001": FakeNode({"IDLE"})})
+    lines: list[str] = []
+    run = m.Maintain(slurm, FakeNodeShell({}), m.Settings(1, None, False, frozenset({"gpu-003"})),
+                     log=lines.append, poll=0, clock=slurm.clock,
+                     monotonic=lambda: float(slurm.tick), sleep=slurm.sleep)
+    result = run.run(["gpu-003", "gpu-001"])
+    assert list(result.skipped) == ["gpu-003"]
+    assert [p.node for p in result.done] == ["gpu-001"]
+    assert all("gpu-003" not in c for c in changes(slurm))
+
+
+def test_a_run_stopped_half_way_is_taken_up_where_each_node_was():
+    # gpu-001 rebooted after an earlier run asked (its request's time in the reason); gpu-002
+    # still waits for its job with the earlier request pending: neither is asked again.
+    slurm = FakeSlurm({
+        "gpu-001": FakeNode({"DOWN"}, boot=1950, reason="metalslurm-maintain: reboot requested "
+                            "at 1900 : reboot issued : reboot complete"),
+        "gpu-002": FakeNode({"ALLOCATED", "DRAIN", "REBOOT_REQUESTED"}, job_ends=4,
+                            reason="metalslurm-maintain: reboot requested at 1900")})
+    run, lines = runner(slurm, FakeNodeShell({}), batch=2)
+    result = run.run(["gpu-002", "gpu-001"])
+    assert [c for c in changes(slurm) if "reboot ASAP" in c] == []
+    assert [(p.node, p.ok) for p in result.done] == [("gpu-001", True), ("gpu-002", True)]
+    assert "gpu-001: its reboot was asked for by an earlier run (down): taken up" in lines
+
+
+def test_a_node_that_does_not_come_back_is_reported_and_left_down():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})}, timeout_on={"gpu-001"})
+    run, lines = runner(slurm, FakeNodeShell({}))
+    result = run.run(["gpu-001"])
+    assert [p.node for p in result.failed] == ["gpu-001"]
+    assert "did not register within ResumeTimeout" in result.failed[0].outcome
+    assert not any("state=resume" in c for c in changes(slurm))
+
+
+def test_a_resumed_node_slurmctld_never_reaches_is_reported():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})}, unreachable={"gpu-001"})
+    run, lines = runner(slurm, FakeNodeShell({}))
+    result = run.run(["gpu-001"])
+    assert [p.node for p in result.failed] == ["gpu-001"]
+    assert result.failed[0].outcome == ("resumed, but slurmctld has not reached its slurmd in "
+                                        "120 s (IDLE+NOT_RESPONDING)")
+    assert "gpu-001: resumed; waiting for slurmctld to reach it" in lines
+
+
+def test_a_node_slurm_does_not_know_stops_the_run_before_any_change():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}))
+    with pytest.raises(m.MaintainError, match="Slurm does not know gpu-009"):
+        run.run(["gpu-001", "gpu-009"])
+    assert changes(slurm) == []
+
+
+def test_scontrol_output_that_is_no_json_is_an_error_naming_it():
+    with pytest.raises(m.MaintainError, match="printed no JSON"):
+        m.parse_nodes("slurm_load_node error")
+
+
+# ---- the command line ----------------------------------------------------------------
+
+
+def write_inventory(tmp_path: Path) -> Path:
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump({"all": {
+        "vars": {"metalslurm_cluster_name": "c"},
+        "hosts": {"ctl": {"ansible_host": "10.0.0.10"}, "gpu-001": {"ansible_host": "10.0.0.11"}},
+        "children": {"slurm_controller": {"hosts": {"ctl": None}},
+                     "slurm_compute": {"hosts": {"gpu-001": None}}}}}))
+    return path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "gpu-001", "--reboot", "--batch", "0"], "--batch"),
+    (["--nodes", "gpu-001"], "--reboot"),
+    (["--nodes", "gpu-[001", "--reboot"], "--nodes"),
+    (["--nodes", "gpu-002", "--reboot"], "--nodes gpu-002: names gpu-002, not compute nodes"),
+    (["--nodes", "ctl", "--reboot"], "not compute nodes of the inventory (gpu-001)"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path, capsys, argv,
+                                                                 message, monkeypatch):
+    def no_ssh(*_a, **_k):
+        raise AssertionError("nothing may run before the inputs are checked")
+
+    monkeypatch.setattr("infra.accept.remote.Remote.__init__", no_ssh)
+    inventory = write_inventory(tmp_path)
+    assert cli.main(["maintain", "-i", str(inventory), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unreadable_inventory_is_refused(tmp_path, capsys):
+    (tmp_path / "inv.yml").write_bytes(b"\x00\x01binary")
+    assert cli.main(["maintain", "-i", str(tmp_path / "inv.yml"), "--nodes", "gpu-001",
+                     "--reboot"]) == 2
+    assert capsys.readouterr().err.startswith("error: --inventory")
