@@ -66,7 +66,7 @@ from infra.accept.parsers import (
     parse_health_json,
     parse_ib_write_bw,
 )
-from infra.accept.remote import Remote, RemoteError
+from infra.accept.remote import Remote, RemoteError, read_retried
 from infra.accept.verdicts import (
     PASS_FAIL_UNIT,
     REASON_PREFIX,
@@ -397,21 +397,13 @@ class Gate:
         """A Slurm read that feeds a decision: a failure (slurmctld restarting, an SSH
         hiccup) is tried again, the poll interval apart, and then stops the run; it is
         never taken for an empty answer."""
-        problem = ""
-        for attempt in range(READ_TRIES):
-            if attempt:
-                time.sleep(self.poll)
-            try:
-                proc = self.remote.run(command, check=False)
-            except RemoteError as exc:
-                problem = str(exc)
-                continue
-            if proc.returncode == 0:
-                return proc.stdout
-            problem = (f"exit status {proc.returncode}: "
-                       f"{(proc.stderr or proc.stdout).strip()[-300:]}")
-        raise GateError(f"{command.split()[0]} failed {READ_TRIES} times on the controller "
-                        f"({problem}); run 'metalslurm accept' again once Slurm answers")
+        try:
+            return read_retried(self.remote, command, READ_TRIES,
+                                lambda: time.sleep(self.poll))
+        except RemoteError as exc:
+            raise GateError(f"{command.split()[0]} failed {READ_TRIES} times on the controller "
+                            f"({exc}); run 'metalslurm accept' again once Slurm answers"
+                            ) from None
 
     def node_states(self, names: Sequence[str]) -> dict[str, tuple[str, str]]:
         """node -> (sinfo's state, e.g. idle~ or drained; the reason or "none")."""

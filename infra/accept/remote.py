@@ -10,13 +10,20 @@ from __future__ import annotations
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 class RemoteError(RuntimeError):
     """A command on the controller failed (the message has its exit status and stderr)."""
+
+
+class Shell(Protocol):
+    """What runs a command on a machine: :class:`Remote`, or a test's stand-in."""
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]: ...
 
 
 def ssh_options(host_vars: Mapping[str, Any]) -> list[str]:
@@ -59,3 +66,23 @@ class Remote:
         subprocess.run([*self._argv[:-2], "-O", "exit", self._argv[-2]], capture_output=True,
                        check=False, timeout=20)
         self._control.cleanup()
+
+
+def read_retried(remote: Shell, command: str, tries: int, pause: Callable[[], None]) -> str:
+    """The output of a read that feeds a decision. A failure (slurmctld restarting, an SSH
+    hiccup) is tried again, ``pause`` apart, ``tries`` times in all, and then raises
+    RemoteError with the last problem: a failed read is never taken for an empty answer."""
+    problem = ""
+    for attempt in range(tries):
+        if attempt:
+            pause()
+        try:
+            proc = remote.run(command, check=False)
+        except RemoteError as exc:
+            problem = str(exc)
+            continue
+        if proc.returncode == 0:
+            return proc.stdout
+        problem = (f"exit status {proc.returncode}: "
+                   f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+    raise RemoteError(problem)

@@ -24,7 +24,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
     ACCEPT_REASON_PREFIX,
@@ -33,6 +33,8 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_default
 from ansible_collections.metalslurm.cluster.plugins.module_utils.health import (
     health_settings,
 )
+
+from infra.accept.remote import RemoteError, Shell, read_retried
 
 # The reason this command gives Slurm. Slurm appends its own steps to it (": reboot issued",
 # ": reboot complete"); the request's time in it lets a later run tell a node rebooted since.
@@ -49,11 +51,6 @@ PENDING_REBOOT = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
 class MaintainError(RuntimeError):
     """The run cannot go on (the message says what to do; a run again picks up)."""
-
-
-class Shell(Protocol):
-    def run(self, command: str, check: bool = True, timeout: float = 120,
-            stdin: str | None = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -179,21 +176,14 @@ class Maintain:
         taken for an answer."""
         names = ",".join(nodes)
         command = "scontrol --json show node" + (f" {shlex.quote(names)}" if names else "")
-        problem = ""
-        for attempt in range(READ_TRIES):
-            if attempt:
-                self.sleep(self.poll)
-            try:
-                proc = self.controller.run(command, check=False)
-            except RuntimeError as exc:
-                problem = str(exc)
-                continue
-            if proc.returncode == 0:
-                return parse_nodes(proc.stdout)
-            problem = (proc.stderr or proc.stdout).strip()[-300:]
-        raise MaintainError(f"scontrol failed {READ_TRIES} times on the controller ({problem});"
-                            " run 'metalslurm maintain' again with the same nodes once Slurm "
-                            "answers: it takes each node up where it was")
+        try:
+            return parse_nodes(read_retried(self.controller, command, READ_TRIES,
+                                            lambda: self.sleep(self.poll)))
+        except RemoteError as exc:
+            raise MaintainError(f"scontrol failed {READ_TRIES} times on the controller "
+                                f"({exc}); run 'metalslurm maintain' again with the same nodes "
+                                "once Slurm answers: it takes each node up where it was"
+                                ) from None
 
     def scontrol(self, arguments: str) -> None:
         self.controller.run(f"scontrol {arguments}")
