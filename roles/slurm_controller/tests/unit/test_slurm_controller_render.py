@@ -26,7 +26,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions 
 
 from infra.stack.config import load_stack_file
 from tests.paths import REPO
-from tests.slurm_render import RELEASES, lines, run_render, settings
+from tests.slurm_render import RELEASES, inventory_with_nodes, lines, run_render, settings
 
 # slurm.conf's settings that come from metalslurm_elastic and metalslurm_health.
 POWER_AND_HEALTH = ("SuspendTime", "SuspendTimeout", "ResumeTimeout", "ResumeRate",
@@ -193,6 +193,19 @@ def test_an_inventory_without_timings_gets_the_providers_defaults(by_hand):
         "SuspendRate": str(byo["suspend_rate"]),
         "HealthCheckInterval": str(HEALTH_DEFAULTS["interval"]),
         "HealthCheckNodeState": HEALTH_DEFAULTS["node_state"]}
+
+
+def test_a_cluster_without_elastic_nodes_bounds_a_reboot_by_the_providers_boot(tmp_path):
+    """ResumeTimeout bounds 'scontrol reboot' (metalslurm maintain) of static nodes too, so it
+    is written without elastic nodes as well: the provider's, not Slurm's 60 s."""
+    inventory = inventory_with_nodes(["gpu-001", "gpu-002"])
+    inventory["all"]["vars"].update({"metalslurm_provider": "byo", "metalslurm_elastic": {}})
+    proc = run_render(tmp_path, ("24.11",), inventory=inventory, node_facts=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    conf = settings(tmp_path / "24.11/slurm.conf")
+    assert (conf["ResumeTimeout"], conf["RebootProgram"]) == (
+        str(ELASTIC_DEFAULTS["byo"]["resume_timeout"]), "/usr/sbin/reboot")
+    assert "SuspendTime" not in conf and "ResumeProgram" not in conf
 
 
 def test_slurm_conf_has_the_stack_configs_timings(rendered):
