@@ -18,12 +18,12 @@ takes each one up where it was.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
@@ -41,12 +41,24 @@ from infra.accept.remote import RemoteError, Shell, read_retried
 REASON_PREFIX = "metalslurm-maintain:"
 _REQUESTED_RE = re.compile(re.escape(REASON_PREFIX) + r" reboot requested at (\d+)")
 POLL_SECONDS = 2.0
+# A failed read is tried again this many times, POLL_SECONDS apart: two minutes, about a
+# slurmctld restart or a backup controller's takeover (SlurmctldTimeout 120 s).
+READ_TRIES = 60
 # A resumed node is pinged at once (slurmctld's ping_nodes_now); this bounds the wait.
 PING_WAIT_SECONDS = 120
-READ_TRIES = 5
 # Node states that mean jobs still run there.
 BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 PENDING_REBOOT = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+# Node states in which a node is not rebooted: another's drain, down or failing node keeps
+# its state (the final resume would lift it), a node that does not answer cannot reboot,
+# and Slurm ignores a reboot of a powered-down (elastic) node.
+OTHERS = (("DRAIN", "drained"), ("DOWN", "down"), ("FAIL", "failing"),
+          ("NOT_RESPONDING", "not responding"), ("INVALID_REG", "registered with bad hardware"),
+          ("POWERED_DOWN", "powered down"), ("POWERING_DOWN", "powering down"),
+          ("POWERING_UP", "powering up"), ("POWER_DOWN", "powering down"))
+# Reads: slurmctld's view of nodes in the one text form 22.05 and 24.11 both print
+# (22.05 has no 'scontrol --json'), with times as seconds since the epoch.
+SHOW_NODES = "SLURM_TIME_FORMAT=%s scontrol --oneliner show node"
 
 
 class MaintainError(RuntimeError):
@@ -72,44 +84,53 @@ class NodeView:
         match = _REQUESTED_RE.match(self.reason)
         return int(match[1]) if match else None
 
+    def rebooted_since(self, requested: int) -> bool:
+        """Back from a reboot asked for at ``requested`` (the controller's clock): registered
+        with a later boot time, no reboot pending, not timed out. The reason may be another's
+        by then: the health checker run by slurmd at boot puts its own when it fails."""
+        return (self.boot_time >= requested and not self.states & PENDING_REBOOT
+                and "reboot timed out" not in self.reason)
+
     @property
-    def rebooted(self) -> bool:
-        """Back from the reboot this command asked for: registered with a later boot time
-        and no reboot pending."""
-        requested = self.requested_at
-        return (requested is not None and self.boot_time >= requested
-                and not self.states & PENDING_REBOOT and "reboot timed out" not in self.reason)
+    def taken_up(self) -> bool:
+        """A reboot this command asked for in an earlier run, still under way or back DOWN
+        (a node since resumed, whose reason Slurm may keep, is not one)."""
+        return self.requested_at is not None and bool(
+            self.states & PENDING_REBOOT or "DOWN" in self.states)
 
     def describe(self) -> str:
         return "+".join(sorted(self.states)) or "UNKNOWN"
 
 
-def _number(value: Any) -> int:
-    """A number of Slurm's JSON: plain (22.05) or {"set", "infinite", "number"} (23.02 on)."""
-    if isinstance(value, Mapping):
-        value = value.get("number") if value.get("set", True) else 0
+_FIELD_RE = {key: re.compile(rf"(?:^| ){key}=(\S*)") for key in ("NodeName", "State", "BootTime")}
+_REASON_RE = re.compile(r" Reason=(.*?)(?: \[[^\]@]*@[^\]]*\])?$")
+
+
+def _epoch(value: str) -> int:
+    """A time of scontrol's: seconds (SLURM_TIME_FORMAT=%s), or ISO 8601 where a release
+    ignores the format; 0 for None or Unknown."""
+    if value.isdigit():
+        return int(value)
     try:
-        return int(value or 0)
-    except (TypeError, ValueError):
+        return int(datetime.fromisoformat(value).timestamp())
+    except ValueError:
         return 0
 
 
 def parse_nodes(text: str) -> dict[str, NodeView]:
-    """``scontrol --json show node``'s nodes, from 22.05's data parser on: the state a list
-    of words (23.02 on) or one word with ``state_flags`` (22.05)."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MaintainError(f"scontrol --json show node printed no JSON ({exc}); is "
-                            "Slurm's JSON serializer installed on the controller?") from None
+    """``scontrol --oneliner show node``: one line a node, ``Reason=`` last with its
+    ``[user@time]`` (22.05 and 24.11 alike; tests/fixtures/slurm/exporter)."""
     views = {}
-    for node in document.get("nodes") or []:
-        state = node.get("state")
-        words = [state] if isinstance(state, str) else list(state or [])
-        words += list(node.get("state_flags") or [])
-        views[str(node.get("name"))] = NodeView(
-            str(node.get("name")), frozenset(str(w).upper() for w in words),
-            _number(node.get("boot_time")), str(node.get("reason") or ""))
+    for line in text.splitlines():
+        fields = {key: rx.search(line) for key, rx in _FIELD_RE.items()}
+        if not fields["NodeName"] or not fields["State"]:
+            continue
+        reason = _REASON_RE.search(line)
+        name = fields["NodeName"][1]
+        views[name] = NodeView(
+            name, frozenset(w for w in fields["State"][1].upper().split("+") if w),
+            _epoch(fields["BootTime"][1]) if fields["BootTime"] else 0,
+            reason[1] if reason else "")
     return views
 
 
@@ -150,8 +171,13 @@ class Settings:
 def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
                             elastic: Iterable[str] = ()) -> Settings:
     from infra.stack.accept import settings_from_inventory as gate_settings
+    from infra.stack.inputs import InputError
 
-    health = health_settings(all_vars.get("metalslurm_health") or {})
+    try:
+        health = health_settings(all_vars.get("metalslurm_health") or {})
+    except ValueError as exc:
+        raise InputError("--inventory", f"its metalslurm_health is not valid ({exc}); fix it "
+                         "as 'metalslurm configure' would need") from None
     return Settings(batch=batch,
                     health_program=(cluster_defaults()["health_program"]
                                     if health["enabled"] else None),
@@ -175,7 +201,7 @@ class Maintain:
         (slurmctld restarting, an SSH hiccup) is tried again and then stops the run, never
         taken for an answer."""
         names = ",".join(nodes)
-        command = "scontrol --json show node" + (f" {shlex.quote(names)}" if names else "")
+        command = SHOW_NODES + (f" {shlex.quote(names)}" if names else "")
         try:
             return parse_nodes(read_retried(self.controller, command, READ_TRIES,
                                             lambda: self.sleep(self.poll)))
@@ -185,8 +211,8 @@ class Maintain:
                                 "once Slurm answers: it takes each node up where it was"
                                 ) from None
 
-    def scontrol(self, arguments: str) -> None:
-        self.controller.run(f"scontrol {arguments}")
+    def scontrol(self, arguments: str) -> str:
+        return str(self.controller.run(f"scontrol {arguments}").stdout)
 
     # ---- the run -----------------------------------------------------------------------
 
@@ -200,63 +226,72 @@ class Maintain:
                                 "'sinfo' lists")
         queue = list(nodes)
         active: dict[str, Progress] = {}
-        active_seen = False  # the first round uses the first read
-        while queue or active:
-            if queue and len(active) < self.settings.batch and active_seen:
-                views.update(self.read(queue))  # the waiting nodes as they are now
-            while queue and len(active) < self.settings.batch:
-                # Nodes an earlier run asked for first (out of service already), then idle
-                # ones, so that one busy node does not hold back the others; the given
-                # order within each kind (sort is stable).
-                queue.sort(key=lambda n: (views[n].requested_at is None, views[n].busy))
-                name = queue.pop(0)
-                why = self.left_alone(views[name])
-                if why:
-                    result.skipped[name] = why
-                    self.log(f"{name}: {why}")
-                    continue
-                active[name] = self.request(views[name])
-            if not active:
-                break
-            self.sleep(self.poll)
-            active_seen = True
-            views.update(self.read(active))
-            for name in list(active):
-                if self.advance(active[name], views.get(name)):
-                    result.done.append(active.pop(name))
+        first = True  # the first round uses the first read
+        try:
+            while queue or active:
+                if queue and len(active) < self.settings.batch and not first:
+                    views.update(self.read(queue))  # the waiting nodes as they are now
+                while queue and len(active) < self.settings.batch:
+                    # Nodes an earlier run asked for first (out of service already), then
+                    # idle ones, so that one busy node does not hold back the others; the
+                    # given order within each kind (sort is stable).
+                    queue.sort(key=lambda n: (not views[n].taken_up, views[n].busy))
+                    name = queue.pop(0)
+                    why = self.left_alone(views[name])
+                    if why:
+                        result.skipped[name] = why
+                        self.log(f"{name}: {why}")
+                        continue
+                    active[name] = self.request(views[name])
+                if not active:
+                    break
+                self.sleep(self.poll)
+                first = False
+                views.update(self.read(active))
+                for name in list(active):
+                    if self.advance(active[name], views.get(name)):
+                        result.done.append(active.pop(name))
+        except (MaintainError, RemoteError, KeyboardInterrupt):
+            if active:
+                self.log("stopped with " + ", ".join(
+                    f"{n} ({p.said or 'reboot requested'})" for n, p in active.items())
+                    + " under way: Slurm keeps each where it is; the same command again goes "
+                    "on with them")
+            raise
         result.seconds = self.monotonic() - start
         return result
 
     def left_alone(self, view: NodeView) -> str:
-        """Why a node is not rebooted, or "" (a node drained by someone else keeps its drain:
-        its reboot would end in a resume that lifts it)."""
-        if view.requested_at is not None:
+        """Why a node is not rebooted, or ""."""
+        if view.taken_up:
             return ""
-        if view.name in self.settings.elastic:
+        if view.name in self.settings.elastic or "CLOUD" in view.states:
             return ("an elastic node (each resume boots it anew; 'scontrol power_down' it "
                     "instead): left alone")
-        if "DRAIN" in view.states or "DOWN" in view.states:
-            return (f"{view.describe().lower()} by someone else ({view.reason or 'no reason'}):"
-                    " left alone; resume it or give another node")
         if view.states & PENDING_REBOOT:
             return "has a reboot pending that this command did not ask for: left alone"
+        for state, words in OTHERS:
+            if state in view.states:
+                return (f"{words} ({view.describe()}, {view.reason or 'no reason'}): left "
+                        "alone; return it to service or give another node")
         return ""
 
     def request(self, view: NodeView) -> Progress:
-        """Ask Slurm for the node's reboot, or take up the request of an earlier run."""
-        if view.requested_at is not None:
+        """Ask Slurm for the node's reboot, or take up the request of an earlier run. The
+        request's time is the controller's clock, which the node's boot time is compared
+        with (the operator's machine may be set otherwise)."""
+        if view.taken_up:
             self.log(f"{view.name}: its reboot was asked for by an earlier run "
                      f"({view.describe().lower()}): taken up")
-            progress = Progress(view.name, view.requested_at)
-            if not view.busy:
-                progress.out_since = self.monotonic()
-            return progress
-        requested = int(self.clock())
-        reason = f"{REASON_PREFIX} reboot requested at {requested}"
-        self.scontrol(f"reboot ASAP nextstate=DOWN reason={shlex.quote(reason)} {view.name}")
-        self.log(f"{view.name}: reboot requested" + (
-            " (it waits for its jobs to end; it takes no new one)" if view.busy else ""))
-        progress = Progress(view.name, requested)
+            progress = Progress(view.name, int(view.requested_at or 0))
+        else:
+            out = str(self.controller.run(
+                f'now=$(date +%s) && scontrol reboot ASAP nextstate=DOWN reason="{REASON_PREFIX}'
+                f' reboot requested at $now" {shlex.quote(view.name)} && echo "$now"').stdout
+                ).strip()
+            self.log(f"{view.name}: reboot requested" + (
+                " (it waits for its jobs to end; it takes no new one)" if view.busy else ""))
+            progress = Progress(view.name, int(out) if out.isdigit() else int(self.clock()))
         if not view.busy:
             progress.out_since = self.monotonic()
         return progress
@@ -271,11 +306,6 @@ class Maintain:
         name = progress.node
         if view is None:
             progress.outcome = "Slurm no longer knows it (removed from slurm.conf?)"
-            self.log(f"{name}: {progress.outcome}")
-            return True
-        if "reboot timed out" in view.reason:
-            progress.outcome = (f"did not register within ResumeTimeout after its reboot "
-                                f"({view.reason}); it stays DOWN: look at its console")
             self.log(f"{name}: FAILED: {progress.outcome}")
             return True
         if progress.resumed:
@@ -293,24 +323,31 @@ class Maintain:
             out = progress.back_at - (progress.out_since or progress.back_at)
             self.log(f"{name}: {progress.outcome} ({out:.0f} s out of service)")
             return True
-        if view.requested_at is None or view.requested_at != progress.requested:
-            progress.outcome = (f"its state was changed by someone else ({view.describe()}, "
+        if "reboot timed out" in view.reason:
+            progress.outcome = (f"did not register within ResumeTimeout after its reboot "
+                                f"({view.reason}); it stays DOWN: look at its console")
+            self.log(f"{name}: FAILED: {progress.outcome}")
+            return True
+        if view.rebooted_since(progress.requested):
+            if progress.out_since is None:
+                progress.out_since = self.monotonic()
+            self.say(progress, f"registered again {self.monotonic() - progress.out_since:.0f} "
+                     "s after its reboot was issued")
+            return self.return_to_service(progress, view)
+        if not view.states & PENDING_REBOOT:
+            progress.outcome = (f"its reboot was called off by someone else ({view.describe()}, "
                                 f"{view.reason or 'no reason'}); left as it is")
-            self.log(f"{name}: {progress.outcome}")
+            self.log(f"{name}: FAILED: {progress.outcome}")
             return True
         if view.busy:
             self.say(progress, "waiting for its jobs to end (drained, reboot pending)")
             return False
         if progress.out_since is None:
             progress.out_since = self.monotonic()
-        if not view.rebooted:
-            self.say(progress, "rebooting")
-            return False
-        self.say(progress, f"registered again {self.monotonic() - progress.out_since:.0f} s "
-                 "after its reboot was issued")
-        return self.return_to_service(progress)
+        self.say(progress, "rebooting")
+        return False
 
-    def return_to_service(self, progress: Progress) -> bool:
+    def return_to_service(self, progress: Progress, view: NodeView) -> bool:
         """Health check, then the gate or service; True when done with the node (a resumed
         one is done once slurmctld reaches it)."""
         name = progress.node
@@ -324,12 +361,14 @@ class Maintain:
         if self.settings.gate:
             reason = f"{ACCEPT_REASON_PREFIX} rebooted by metalslurm maintain"
             # DOWN and drained: the gate resumes it into its reservation for its tests.
-            self.scontrol(f"update nodename={name} state=drain reason={shlex.quote(reason)}")
+            self.scontrol(f"update nodename={shlex.quote(name)} state=drain "
+                          f"reason={shlex.quote(reason)}")
             progress.outcome = "handed to the acceptance gate (run 'metalslurm accept')"
             progress.back_at, progress.ok = self.monotonic(), True
             self.log(f"{name}: {progress.outcome}")
             return True
-        self.scontrol(f"update nodename={name} state=resume")
+        if view.states & {"DOWN", "DRAIN"}:  # not when someone resumed it already
+            self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
         progress.outcome, progress.resumed = "back in service", True
         progress.resumed_at = self.monotonic()
         return False
