@@ -428,7 +428,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from infra.ops.maintain import run_maintain
 
     return run_maintain(args.inventory, nodes=args.nodes, reboot=args.reboot,
-                        batch=args.batch, log=say)
+                        batch=args.batch, max_wait=args.max_wait, log=say)
 
 
 def _add_maintain(sub: _Commands) -> None:
@@ -440,7 +440,7 @@ def _add_maintain(sub: _Commands) -> None:
         "registers DOWN; its health checker runs over SSH and only a passing node is resumed "
         "(with the acceptance gate on: drained into the gate). At most --batch nodes out at "
         "once, idle nodes first. Stopped half-way, a run again with the same nodes goes on "
-        "where each node was. Exit 1 when a node failed.")
+        "where each node was. Exit 1 when a node failed or was not rebooted (--max-wait).")
     main.add_argument("-i", "--inventory", type=Path,
                       help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
     main.add_argument("--nodes", required=True,
@@ -448,6 +448,11 @@ def _add_maintain(sub: _Commands) -> None:
     main.add_argument("--reboot", action="store_true", help="reboot them (required)")
     main.add_argument("--batch", type=int, default=1, metavar="N",
                       help="nodes out of service at once (default 1)")
+    main.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
+                      help="how long a node may wait for its running jobs once its reboot is "
+                      "asked for; past it the reboot is called off and the node returns to "
+                      "service unrebooted (default: as long as they run; 0: busy nodes are "
+                      "left alone)")
     main.set_defaults(func=cmd_maintain)
 
 

@@ -14,6 +14,10 @@ does not hold back the others. Every step is one Slurm command whose effect Slur
 run stopped half-way (Ctrl-C, a lost connection) leaves each node drained with its reboot
 still pending, or DOWN with this command's reason, and the next run with the same nodes
 takes each one up where it was.
+
+With ``max_wait`` a node whose jobs still run that long after its reboot was asked for is
+not rebooted: its request is called off (``scontrol cancel_reboot``), its drain lifted, and
+the report names the jobs; the node goes on running them as if nothing had happened.
 """
 
 from __future__ import annotations
@@ -140,12 +144,14 @@ class Progress:
 
     node: str
     requested: int  # the epoch second in its reason
+    asked_at: float = 0.0  # when this run asked for (or took up) its reboot
     out_since: float | None = None  # when it stopped running jobs (reboot issued)
     back_at: float | None = None
     outcome: str = ""  # "back in service", "handed to the gate", or why it failed
     resumed: bool = False  # resumed, waiting for slurmctld to reach it
     resumed_at: float | None = None
     ok: bool = False
+    called_off: bool = False  # its jobs ran past max_wait: not rebooted, back in service
     said: str = ""  # the last phase reported
 
 
@@ -157,7 +163,11 @@ class MaintainResult:
 
     @property
     def failed(self) -> list[Progress]:
-        return [p for p in self.done if not p.ok]
+        return [p for p in self.done if not p.ok and not p.called_off]
+
+    @property
+    def called_off(self) -> list[Progress]:
+        return [p for p in self.done if p.called_off]
 
 
 @dataclass(frozen=True)
@@ -166,10 +176,12 @@ class Settings:
     health_program: str | None  # None: the inventory turned the health checker off
     gate: bool
     elastic: frozenset[str] = frozenset()  # cloud nodes: each resume boots them anew
+    max_wait: float | None = None  # seconds a node may wait for its jobs; None: no bound
 
 
 def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
-                            elastic: Iterable[str] = ()) -> Settings:
+                            elastic: Iterable[str] = (),
+                            max_wait: float | None = None) -> Settings:
     from infra.stack.accept import settings_from_inventory as gate_settings
     from infra.stack.inputs import InputError
 
@@ -181,7 +193,8 @@ def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
     return Settings(batch=batch,
                     health_program=(cluster_defaults()["health_program"]
                                     if health["enabled"] else None),
-                    gate=gate_settings(all_vars, None).gate, elastic=frozenset(elastic))
+                    gate=gate_settings(all_vars, None).gate, elastic=frozenset(elastic),
+                    max_wait=max_wait)
 
 
 class Maintain:
@@ -270,6 +283,8 @@ class Maintain:
                     "instead): left alone")
         if view.states & PENDING_REBOOT:
             return "has a reboot pending that this command did not ask for: left alone"
+        if view.busy and self.settings.max_wait == 0:
+            return "runs jobs and --max-wait is 0: left alone"
         for state, words in OTHERS:
             if state in view.states:
                 return (f"{words} ({view.describe()}, {view.reason or 'no reason'}): left "
@@ -292,8 +307,9 @@ class Maintain:
             self.log(f"{view.name}: reboot requested" + (
                 " (it waits for its jobs to end; it takes no new one)" if view.busy else ""))
             progress = Progress(view.name, int(out) if out.isdigit() else int(self.clock()))
+        progress.asked_at = self.monotonic()
         if not view.busy:
-            progress.out_since = self.monotonic()
+            progress.out_since = progress.asked_at
         return progress
 
     def say(self, progress: Progress, phase: str) -> None:
@@ -340,12 +356,47 @@ class Maintain:
             self.log(f"{name}: FAILED: {progress.outcome}")
             return True
         if view.busy:
+            limit = self.settings.max_wait
+            if (limit is not None and "REBOOT_ISSUED" not in view.states
+                    and self.monotonic() - progress.asked_at >= limit):
+                return self.call_off(progress)
             self.say(progress, "waiting for its jobs to end (drained, reboot pending)")
             return False
         if progress.out_since is None:
             progress.out_since = self.monotonic()
         self.say(progress, "rebooting")
         return False
+
+    def call_off(self, progress: Progress) -> bool:
+        """The node's jobs ran past max_wait: its reboot called off and its drain lifted, so
+        it goes on as it was. True when done with it; False when the reboot went ahead
+        (its jobs ended meanwhile: Slurm had issued it)."""
+        name, limit = progress.node, self.settings.max_wait
+        jobs = self.jobs_on(name)
+        self.controller.run(f"scontrol cancel_reboot {shlex.quote(name)}", check=False)
+        view = self.read([name]).get(name)
+        if view is None or view.states & PENDING_REBOOT or view.rebooted_since(
+                progress.requested):
+            return False  # issued before the call-off reached slurmctld: it goes on
+        if "DRAIN" not in view.states:
+            left = "back in service"  # Slurm lifted the request's drain with it
+        elif view.reason.startswith(REASON_PREFIX):
+            self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+            left = "back in service"
+        else:  # drained by another meanwhile: theirs to lift
+            left = f"left {view.describe().lower()} ({view.reason or 'no reason'})"
+        progress.called_off = True
+        progress.outcome = (f"NOT rebooted: {jobs or 'its jobs'} still ran after --max-wait "
+                            f"{limit:.0f} s; its reboot was called off and it is {left}")
+        self.log(f"{name}: {progress.outcome}")
+        return True
+
+    def jobs_on(self, name: str) -> str:
+        """The jobs running on a node, for a report ("" when squeue cannot say)."""
+        proc = self.controller.run(f"squeue --noheader --nodelist={shlex.quote(name)} "
+                                   "--format=%i|%u|%L", check=False)
+        jobs = [line.split("|") for line in (proc.stdout or "").split() if line.count("|") == 2]
+        return ", ".join(f"job {i} ({user}, {left} left)" for i, user, left in jobs)
 
     def return_to_service(self, progress: Progress, view: NodeView) -> bool:
         """Health check, then the gate or service; True when done with the node (a resumed
@@ -409,10 +460,24 @@ def checked_batch(value: int) -> int:
     return value
 
 
+def checked_max_wait(value: float | None) -> float | None:
+    from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
+        DRAIN_WAIT_MAX_S,
+    )
+
+    from infra.ops.preflight import checked_wait
+
+    if value is None:
+        return None
+    return checked_wait(value, 0.0, DRAIN_WAIT_MAX_S, "--max-wait",
+                        "a node's running jobs before its reboot is called off")
+
+
 def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
-                 log: Callable[[str], None]) -> int:
+                 log: Callable[[str], None], max_wait: float | None = None) -> int:
     """Reboot the inventory's compute nodes ``nodes`` (a hostlist) in batches of ``batch``;
-    every input checked before anything runs on a node. Exit status 1 when a node failed."""
+    every input checked before anything runs on a node. Exit status 1 when a node failed or
+    its jobs ran past ``max_wait``."""
     from infra.accept.remote import Remote
     from infra.ops.inventory_file import (
         INVENTORY_FILE,
@@ -429,6 +494,7 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
         raise InputError("--reboot", "is required: rolling reboots are what 'maintain' does "
                          "(give --reboot)")
     checked_batch(batch)
+    max_wait = checked_max_wait(max_wait)
     root = document.get("all") or {}
     all_vars = root.get("vars") or {}
     hosts = root.get("hosts") or {}
@@ -441,7 +507,7 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
                          nodes)
     elastic = [n for n in compute
                if (hosts.get(n) or {}).get("metalslurm_node_state") == "cloud"]
-    settings = settings_from_inventory(all_vars, batch, elastic)
+    settings = settings_from_inventory(all_vars, batch, elastic, max_wait)
     controller_name = hosts_in_group(inventory, "slurm_controller")[0]
 
     def host_vars(name: str) -> dict[str, Any]:
@@ -466,8 +532,10 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
             if p.ok and p.back_at is not None and p.out_since is not None]
     log(f"{len(back)} rebooted and returned, "
         + (f"{len(gated)} rebooted and handed to the acceptance gate, " if gated else "")
+        + (f"{len(result.called_off)} not rebooted (jobs past --max-wait), "
+           if result.called_off else "")
         + f"{len(result.failed)} failed, {len(result.skipped)} left alone; "
         f"{result.seconds:.0f} s"
         + (f"; out of service {min(outs):.0f}-{max(outs):.0f} s a node (waiting for jobs not "
            "counted)" if outs else ""))
-    return 1 if result.failed else 0
+    return 1 if result.failed or result.called_off else 0

@@ -110,10 +110,39 @@ def test_a_rolling_reboot_waits_for_the_job_and_kills_nothing(cluster):
     assert boot_time(cluster, "gpu-002") == booted
 
 
+def test_a_job_longer_than_max_wait_keeps_its_node_in_service_unrebooted(cluster):
+    """--max-wait 3 while a 30 s job runs on gpu-001: its reboot is called off (Slurm's
+    cancel_reboot), and the node goes on running the job, in service, not rebooted; exit 1
+    naming the job; the job completes."""
+    before = (boot_time(cluster, "gpu-001"), container_started(cluster, "gpu-001"))
+    job = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 30'")
+    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
+             timeout=JOB_TIMEOUT)
+
+    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", "gpu-001",
+                     "--reboot", "--max-wait", "3", timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert any(re.fullmatch(rf"gpu-001: NOT rebooted: job {job} \(alice, [\d:]+ left\) still "
+                            r"ran after --max-wait 3 s; its reboot was called off and it is "
+                            r"back in service", line) for line in lines), lines
+    assert any(line.startswith("0 rebooted and returned, 1 not rebooted (jobs past --max-wait), "
+                               "0 failed, 0 left alone; ") for line in lines), lines
+    state = cluster.ctl("scontrol show node gpu-001 | grep -o 'State=[^ ]*'").stdout.strip()
+    assert state in ("State=MIXED", "State=ALLOCATED"), state  # no DRAIN, no REBOOT_*
+    assert cluster.job_field(job, "%T") == "RUNNING"
+
+    assert cluster.wait_until_done(job) == "COMPLETED"
+    assert (boot_time(cluster, "gpu-001"), container_started(cluster, "gpu-001")) == before
+    wait_for("gpu-001 to be idle", lambda: node_view(cluster, "gpu-001")[0] == "idle",
+             timeout=60)
+
+
 def test_bad_input_changes_nothing(cluster):
     for argv, named in ((["--nodes", "gpu-001", "--reboot", "--batch", "0"], "--batch"),
                         (["--nodes", "ctl", "--reboot"], "--nodes"),
-                        (["--nodes", "gpu-001"], "--reboot")):
+                        (["--nodes", "gpu-001"], "--reboot"),
+                        (["--nodes", "gpu-001", "--reboot", "--max-wait", "-5"], "--max-wait")):
         run = metalslurm("maintain", "-i", str(cluster.inventory), *argv)
         assert run.returncode == 2 and run.stderr.startswith(f"error: {named}"), run.stderr
     assert [node_view(cluster, n) for n in NODES] == [("idle", "none")] * 2

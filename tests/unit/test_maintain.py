@@ -39,6 +39,7 @@ class FakeSlurm:
     commands: list[str] = field(default_factory=list)
     timeout_on: set[str] = field(default_factory=set)  # nodes that never come back
     unreachable: set[str] = field(default_factory=set)  # resumed, never answer a ping
+    cancel_keeps_drain: bool = False  # 'scontrol cancel_reboot' lifts the ASAP drain or not
 
     def clock(self) -> float:
         return 2000.0 + self.tick
@@ -79,12 +80,29 @@ class FakeSlurm:
             node.states |= {"DRAIN", "REBOOT_REQUESTED"}
             node.reason = f"metalslurm-maintain: reboot requested at {now}"
             return SimpleNamespace(returncode=0, stdout=f"{now}\n", stderr="")
+        if words[:2] == ["scontrol", "cancel_reboot"]:
+            node = self.nodes[words[2]]
+            if "REBOOT_ISSUED" in node.states:
+                return SimpleNamespace(returncode=1, stdout="", stderr=(
+                    f"slurm_update error: Reboot has already been sent to {words[2]}"))
+            node.states.discard("REBOOT_REQUESTED")
+            if not self.cancel_keeps_drain:
+                node.states.discard("DRAIN")
+            return SimpleNamespace(returncode=0, stdout="", stderr="")
+        if words[0] == "squeue":
+            name = re.search(r"--nodelist=(\S+)", command)[1]
+            busy = self.nodes[name].states & {"ALLOCATED"}
+            return SimpleNamespace(returncode=0, stdout="17|alice|1:02:03\n" if busy else "",
+                                   stderr="")
         if words[:2] == ["scontrol", "update"]:
             options = dict(w.split("=", 1) for w in words[2:])
             node = self.nodes[options["nodename"]]
-            if options["state"] == "resume":
+            if options["state"] == "resume" and "DOWN" in node.states:
                 # A resumed DOWN node is not responding until slurmctld pings it.
                 node.states, node.reason = {"IDLE", "NOT_RESPONDING"}, ""
+            elif options["state"] == "resume":
+                node.states.discard("DRAIN")
+                node.reason = ""
             else:
                 node.states.add("DRAIN")
                 node.reason = options["reason"]
@@ -130,10 +148,12 @@ class FakeNodeShell:
 
 
 def runner(slurm: FakeSlurm, shell: FakeNodeShell, batch: int = 1, gate: bool = False,
-           health: str | None = "/usr/local/sbin/metalslurm-health") -> tuple[m.Maintain, list]:
+           health: str | None = "/usr/local/sbin/metalslurm-health",
+           max_wait: float | None = None) -> tuple[m.Maintain, list]:
     lines: list[str] = []
     tick = lambda: float(slurm.tick)  # noqa: E731
-    return m.Maintain(slurm, shell, m.Settings(batch, health, gate), log=lines.append, poll=0,
+    settings = m.Settings(batch, health, gate, max_wait=max_wait)
+    return m.Maintain(slurm, shell, settings, log=lines.append, poll=0,
                       clock=slurm.clock, monotonic=tick, sleep=slurm.sleep), lines
 
 
@@ -379,6 +399,84 @@ def test_a_node_slurm_does_not_know_stops_the_run_before_any_change():
     assert changes(slurm) == []
 
 
+@pytest.mark.parametrize("cancel_keeps_drain", [False, True])
+def test_a_node_whose_jobs_outlast_max_wait_is_not_rebooted_and_goes_on_running_them(
+        cancel_keeps_drain):
+    slurm = FakeSlurm({"gpu-001": FakeNode({"ALLOCATED"}, job_ends=50),
+                       "gpu-002": FakeNode({"IDLE"})}, cancel_keeps_drain=cancel_keeps_drain)
+    run, lines = runner(slurm, FakeNodeShell({}), max_wait=5)
+    result = run.run(["gpu-001", "gpu-002"])
+    # gpu-002 first (idle; answering again at tick 3), then gpu-001 asked at tick 3 and
+    # called off at the first look 5 ticks later.
+    assert changes(slurm) == [
+        "reboot gpu-002", "scontrol update nodename=gpu-002 state=resume",
+        "reboot gpu-001", "squeue --noheader --nodelist=gpu-001 --format=%i|%u|%L",
+        "scontrol cancel_reboot gpu-001"] + (
+            ["scontrol update nodename=gpu-001 state=resume"] if cancel_keeps_drain else [])
+    assert slurm.tick == 8
+    assert slurm.nodes["gpu-001"].states == {"ALLOCATED"}
+    assert slurm.nodes["gpu-001"].boot == 1000  # never rebooted
+    assert [p.node for p in result.called_off] == ["gpu-001"] and result.failed == []
+    assert lines[-1] == ("gpu-001: NOT rebooted: job 17 (alice, 1:02:03 left) still ran after "
+                         "--max-wait 5 s; its reboot was called off and it is back in service")
+
+
+def test_a_reboot_slurm_issued_as_it_was_called_off_goes_on():
+    """The job ended between the last look and the call-off: Slurm had issued the reboot and
+    refuses to cancel it; the node is rebooted and returned as any other."""
+    slurm = FakeSlurm({"gpu-001": FakeNode({"ALLOCATED"}, job_ends=50)})
+    real_run = slurm.run
+
+    def run_cmd(command: str, **kwargs):
+        if command.startswith("squeue"):
+            slurm.nodes["gpu-001"].states = {"DOWN", "DRAIN", "REBOOT_ISSUED"}
+        return real_run(command, **kwargs)
+
+    slurm.run = run_cmd  # type: ignore[method-assign]
+    run, _lines = runner(slurm, FakeNodeShell({}), max_wait=3)
+    result = run.run(["gpu-001"])
+    assert [(p.node, p.ok, p.outcome) for p in result.done] == [
+        ("gpu-001", True, "back in service")]
+    assert slurm.nodes["gpu-001"].boot > 2000 and slurm.nodes["gpu-001"].states == {"IDLE"}
+
+
+def test_a_node_drained_by_another_while_it_waited_is_called_off_and_left_drained():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"ALLOCATED"}, job_ends=50)},
+                      cancel_keeps_drain=True)
+    real_run = slurm.run
+
+    def run_cmd(command: str, **kwargs):
+        if command.startswith("squeue"):
+            slurm.nodes["gpu-001"].reason = "bad fan"
+        return real_run(command, **kwargs)
+
+    slurm.run = run_cmd  # type: ignore[method-assign]
+    run, lines = runner(slurm, FakeNodeShell({}), max_wait=2)
+    result = run.run(["gpu-001"])
+    assert not any("state=resume" in c for c in changes(slurm))
+    assert result.called_off[0].outcome.endswith(
+        "its reboot was called off and it is left allocated+drain (bad fan)")
+
+
+def test_with_max_wait_0_busy_nodes_are_left_alone_and_idle_ones_rebooted():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"MIXED"}), "gpu-002": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}), max_wait=0)
+    result = run.run(["gpu-001", "gpu-002"])
+    assert result.skipped == {"gpu-001": "runs jobs and --max-wait is 0: left alone"}
+    assert [p.node for p in result.done if p.ok] == ["gpu-002"]
+    assert all("gpu-001" not in c for c in changes(slurm))
+
+
+def test_max_wait_applies_to_a_request_taken_up_from_an_earlier_run():
+    slurm = FakeSlurm({"gpu-001": FakeNode(
+        {"ALLOCATED", "DRAIN", "REBOOT_REQUESTED"}, job_ends=50,
+        reason="metalslurm-maintain: reboot requested at 1900")})
+    run, _lines = runner(slurm, FakeNodeShell({}), max_wait=0)
+    result = run.run(["gpu-001"])
+    assert changes(slurm)[-1] == "scontrol cancel_reboot gpu-001"
+    assert result.called_off and slurm.nodes["gpu-001"].states == {"ALLOCATED"}
+
+
 # ---- the command line ----------------------------------------------------------------
 
 
@@ -398,6 +496,10 @@ def write_inventory(tmp_path: Path, **all_vars: object) -> Path:
     (["--nodes", "gpu-[001", "--reboot"], "--nodes"),
     (["--nodes", "gpu-002", "--reboot"], "--nodes gpu-002: names gpu-002, not compute nodes"),
     (["--nodes", "ctl", "--reboot"], "not compute nodes of the inventory (gpu-001)"),
+    (["--nodes", "gpu-001", "--reboot", "--max-wait", "-1"],
+     "--max-wait: is -1.0; give the seconds to wait for a node's running jobs"),
+    (["--nodes", "gpu-001", "--reboot", "--max-wait", "nan"], "--max-wait: is nan"),
+    (["--nodes", "gpu-001", "--reboot", "--max-wait", "1e9"], "from 0 (do not wait) to 604800"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path, capsys, argv,
                                                                  message, monkeypatch):
@@ -424,3 +526,14 @@ def test_bad_health_settings_in_the_inventory_are_one_line_not_a_traceback(tmp_p
     err = capsys.readouterr().err
     assert err.startswith("error: --inventory: its metalslurm_health is not valid (")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_max_wait_that_is_no_number_is_one_line_and_exit_2(tmp_path, capsys):
+    inventory = write_inventory(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["maintain", "-i", str(inventory), "--nodes", "gpu-001", "--reboot",
+                  "--max-wait", "1h"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ("error: metalslurm maintain: argument --max-wait: "
+                                       "invalid float value: '1h' (see 'metalslurm maintain "
+                                       "--help')\n")
