@@ -394,7 +394,7 @@ class Maintain:
     def jobs_on(self, name: str) -> str:
         """The jobs running on a node, for a report ("" when squeue cannot say)."""
         proc = self.controller.run(f"squeue --noheader --nodelist={shlex.quote(name)} "
-                                   "--format=%i|%u|%L", check=False)
+                                   "--format='%i|%u|%L'", check=False)
         jobs = [line.split("|") for line in (proc.stdout or "").split() if line.count("|") == 2]
         return ", ".join(f"job {i} ({user}, {left} left)" for i, user, left in jobs)
 

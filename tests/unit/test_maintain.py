@@ -68,6 +68,9 @@ class FakeSlurm:
     def run(self, command: str, check: bool = True, timeout: float = 120,
             stdin: str | None = None) -> SimpleNamespace:
         self.commands.append(command)
+        # The controller's shell reads the command: a bare '|' would make it a pipeline.
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        assert "|" not in list(lexer), f"a pipe in {command!r}"
         if command.startswith(SHOW.strip()):
             words = shlex.split(command[len(SHOW):])
             names = words[0].split(",") if words else list(self.nodes)
@@ -410,7 +413,7 @@ def test_a_node_whose_jobs_outlast_max_wait_is_not_rebooted_and_goes_on_running_
     # called off at the first look 5 ticks later.
     assert changes(slurm) == [
         "reboot gpu-002", "scontrol update nodename=gpu-002 state=resume",
-        "reboot gpu-001", "squeue --noheader --nodelist=gpu-001 --format=%i|%u|%L",
+        "reboot gpu-001", "squeue --noheader --nodelist=gpu-001 --format='%i|%u|%L'",
         "scontrol cancel_reboot gpu-001"] + (
             ["scontrol update nodename=gpu-001 state=resume"] if cancel_keeps_drain else [])
     assert slurm.tick == 8
