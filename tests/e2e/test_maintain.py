@@ -53,6 +53,21 @@ def container_started(cluster, node: str) -> str:
                           check=True).stdout.strip()
 
 
+def running_job(cluster, seconds: int) -> str:
+    """alice's job of ``seconds`` on gpu-001, once it runs."""
+    job = cluster.submit("alice", f"--nodelist=gpu-001 --time=5 --wrap='sleep {seconds}'")
+    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
+             timeout=JOB_TIMEOUT)
+    return job
+
+
+def maintain(cluster, nodes: str, *options: str) -> tuple[int, list[str]]:
+    """'metalslurm maintain --reboot' on ``nodes``: its exit status and its lines."""
+    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", nodes, "--reboot",
+                     *options, timeout=900)
+    return run.returncode, (run.stdout + run.stderr).splitlines()
+
+
 def test_a_rolling_reboot_waits_for_the_job_and_kills_nothing(cluster):
     """Two nodes in batches of one while a job runs on gpu-001: gpu-002 (idle) reboots at
     once, gpu-001 only after its job; both come back idle through the health checker; the
@@ -61,14 +76,10 @@ def test_a_rolling_reboot_waits_for_the_job_and_kills_nothing(cluster):
         "RebootProgram", "=", "/usr/sbin/reboot"]
     before = {n: (boot_time(cluster, n), container_started(cluster, n)) for n in NODES}
     since = cluster.ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
-    job = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 45'")
-    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
-             timeout=JOB_TIMEOUT)
+    job = running_job(cluster, 45)
 
-    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", "gpu-[001-002]",
-                     "--reboot", "--batch", "1", timeout=900)
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
+    code, lines = maintain(cluster, "gpu-[001-002]", "--batch", "1")
+    assert code == 0, lines
     said = [line for line in lines if line.startswith(NODES)]
     # Idle first, one at a time: gpu-002 was back before gpu-001's reboot was asked for.
     back = next(i for i, line in enumerate(said) if line.startswith("gpu-002: back in service"))
@@ -115,14 +126,10 @@ def test_a_job_longer_than_max_wait_keeps_its_node_in_service_unrebooted(cluster
     cancel_reboot), and the node goes on running the job, in service, not rebooted; exit 1
     naming the job; the job completes."""
     before = (boot_time(cluster, "gpu-001"), container_started(cluster, "gpu-001"))
-    job = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 30'")
-    wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
-             timeout=JOB_TIMEOUT)
+    job = running_job(cluster, 30)
 
-    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", "gpu-001",
-                     "--reboot", "--max-wait", "3", timeout=300)
-    assert run.returncode == 1, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
+    code, lines = maintain(cluster, "gpu-001", "--max-wait", "3")
+    assert code == 1, lines
     assert any(re.fullmatch(rf"gpu-001: NOT rebooted: job {job} \(alice, [\d:]+ left\) still "
                             r"ran after --max-wait 3 s; its reboot was called off and it is "
                             r"back in service", line) for line in lines), lines
