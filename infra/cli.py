@@ -78,6 +78,8 @@ def cmd_configure(args: argparse.Namespace) -> int:
     extra_vars = parse_extra_vars(args.extra_vars)
     if args.drain_wait is not None:
         extra_vars["metalslurm_drain_wait"] = checked_drain_wait(args.drain_wait)
+    if args.upgrade_slurm:
+        extra_vars["metalslurm_slurm_upgrade"] = True
     load_inventory(args.inventory, "--inventory")
 
     password = become_password(args.become_password_file, args.ask_become_pass)
@@ -263,6 +265,10 @@ def _add_configure(sub: _Commands) -> None:
     conf.add_argument("--drain-wait", type=float, default=None, metavar="SECONDS",
                       help="how long to wait for the jobs on nodes leaving the cluster "
                       "(drained first) before refusing; default 0 (sets metalslurm_drain_wait)")
+    conf.add_argument("--upgrade-slurm", action="store_true",
+                      help="upgrade Slurm to the newer build the hosts' apt sources offer, inside "
+                      "Slurm's upgrade window: slurmdbd's host first (database backed up), then "
+                      "slurmctld's, then the nodes, running jobs kept (docs/how-to/day-2.md)")
     _add_become_password(conf)
     conf.set_defaults(func=cmd_configure)
 

@@ -221,4 +221,7 @@ def test_configure_hands_its_drain_wait_to_the_playbook(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "load_inventory", lambda *_a: None)
     assert cli.main(["configure", "-i", str(inventory), "--drain-wait", "90"]) == 0
     assert cli.main(["configure", "-i", str(inventory)]) == 0
-    assert seen == [{"metalslurm_drain_wait": 90.0}, {}]
+    # --upgrade-slurm likewise becomes metalslurm_slurm_upgrade (roles/slurm_common's
+    # slurm_common_upgrade reads it; tasks/upgrade.yml does the upgrade).
+    assert cli.main(["configure", "-i", str(inventory), "--upgrade-slurm"]) == 0
+    assert seen == [{"metalslurm_drain_wait": 90.0}, {}, {"metalslurm_slurm_upgrade": True}]

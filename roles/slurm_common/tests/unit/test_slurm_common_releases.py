@@ -7,6 +7,7 @@ reading them first, a failing dpkg-query failing the step, and the refusal's sen
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,10 @@ def stand_ins(tmp_path: Path, host: str, installed: str | None, offered: str | N
     (bin_dir / "offered").write_text(offered or "")
     scripts = {
         "dpkg-query": ("exit 2" if dpkg_fails else f"cat {bin_dir}/dpkg.out"),
-        "apt-cache": (f'echo "slurm-client:"; o=$(cat {bin_dir}/offered); '
-                      f'[ -z "$o" ] || echo "  Candidate: $o"'),
+        # 'apt-cache policy PACKAGE...': a block per package.
+        "apt-cache": (f'shift; o=$(cat {bin_dir}/offered); for p in "$@"; do echo "$p:"; '
+                      f'echo "  Installed: {installed or "(none)"}"; '
+                      f'[ -z "$o" ] || echo "  Candidate: $o"; done'),
         "apt-get": (f"echo update >> {bin_dir}/apt-get.calls; "
                     f"printf %s {offered_after_update or ''} > {bin_dir}/offered"),
     }
@@ -45,8 +48,8 @@ def stand_ins(tmp_path: Path, host: str, installed: str | None, offered: str | N
     return python
 
 
-def run_check(tmp_path: Path, hosts: dict[str, Path], limit: str | None = None
-              ) -> subprocess.CompletedProcess[str]:
+def run_check(tmp_path: Path, hosts: dict[str, Path], limit: str | None = None,
+              upgrade: bool = False) -> subprocess.CompletedProcess[str]:
     inventory = {"all": {
         "hosts": {h: {"ansible_connection": "local", "ansible_python_interpreter": str(p)}
                   for h, p in hosts.items()},
@@ -56,13 +59,19 @@ def run_check(tmp_path: Path, hosts: dict[str, Path], limit: str | None = None
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     play = [{"hosts": "slurm_controller:slurm_compute", "gather_facts": False,
              "tasks": [{"name": "slurm_common's release check", "ansible.builtin.include_role": {
-                 "name": "slurm_common", "tasks_from": "releases.yml"}}]}]
+                 "name": "slurm_common", "tasks_from": "releases.yml"}}]},
+            # What site.yml's upgrade plays would get.
+            {"hosts": "metalslurm_slurm_upgrade", "gather_facts": False, "tasks": [
+                {"name": "Say what would be upgraded", "ansible.builtin.debug": {
+                    "msg": "UPGRADE {{ _slurm_common_release_check.upgrades[inventory_hostname]"
+                           " | join(' ') }}"}}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1"}
     return subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i",
                            str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
-                           *(["--limit", limit] if limit else [])],
+                           *(["--limit", limit] if limit else []),
+                           *(["-e", "metalslurm_slurm_upgrade=true"] if upgrade else [])],
                           capture_output=True, text=True, env=env, check=False, timeout=300)
 
 
@@ -123,3 +132,23 @@ def test_a_failing_dpkg_query_fails_the_read_not_the_judgement(tmp_path):
     assert "Read the Slurm release installed here" in proc.stdout
     assert "fatal: [gpu-001]" in proc.stdout
     assert "a jump Slurm cannot make" not in said(proc)
+
+
+def test_upgrade_reads_fresh_lists_and_groups_the_hosts_offered_a_newer_build(tmp_path):
+    """--upgrade-slurm: each host reads its lists again, names every installed package whose
+    candidate is newer (dpkg --compare-versions, the real one), and lands in the group
+    site.yml's upgrade plays take; a host already on the newest build is left out."""
+    newer = TRIXIE + "+standin1"
+    # The newer build appears once the lists are read again.
+    proc = run_check(tmp_path, {"ctl": stand_ins(tmp_path, "ctl", TRIXIE, TRIXIE, newer),
+                                "gpu-001": stand_ins(tmp_path, "gpu-001", TRIXIE, TRIXIE, newer),
+                                "gpu-002": stand_ins(tmp_path, "gpu-002", newer, newer, newer)},
+                     upgrade=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for host in ("ctl", "gpu-001", "gpu-002"):
+        assert (tmp_path / host / "apt-get.calls").read_text() == "update\n"
+    planned = proc.stdout.split("Say what would be upgraded")[1]
+    assert sorted(re.findall(r"ok: \[(\S+)\] =>\s+msg: UPGRADE (.*)", planned)) == [
+        (host, f"slurm-client={newer} slurmd={newer}") for host in ("ctl", "gpu-001")], planned
+    assert (f"NOTE: ctl, gpu-001: the apt sources offer Slurm {newer} over the installed "
+            f"{TRIXIE}; this run upgrades them") in said(proc), said(proc)[-3000:]

@@ -4,6 +4,7 @@ Slurm writes them, records adapted to the controller's Slurm release, hostlists.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -244,12 +245,15 @@ DAEMON_GROUPS = {"slurmdbd": "slurmdbd", "slurmctld": "slurm_controller", "slurm
 @filter_errors(slurm_versions.SlurmVersionError)
 def release_check(hosts: list[str], hostvars: Any, groups: Any,
                   outside: dict[str, Any] | None = None,
-                  result: str = "_slurm_common_releases") -> dict[str, list[str]]:
-    """``{"problems": [...], "notes": [...]}`` of slurm_upgrade.release_problems for
-    ``hosts``, each read from its registered ``result`` (roles/slurm_common/tasks/releases.yml),
-    and for the hosts of ``outside`` ({host: registered result}: the controller read for a
-    run limited to other hosts; a skipped read is left out). A host without a result
-    (unreachable, set aside) is left out."""
+                  result: str = "_slurm_common_releases",
+                  upgrade: bool = False) -> dict[str, Any]:
+    """``{"problems": [...], "notes": [...], "upgrades": {host: ["PACKAGE=VERSION"]}}`` of
+    slurm_upgrade.release_problems for ``hosts``, each read from its registered ``result``
+    (roles/slurm_common/tasks/releases.yml), and for the hosts of ``outside`` ({host:
+    registered result}: the controller read for a run limited to other hosts; a skipped read
+    is left out). A host without a result (unreachable, set aside) is left out. With
+    ``upgrade`` (``--upgrade-slurm``) and no problem, ``upgrades`` names what to install on
+    each host of ``hosts`` offered a newer build; otherwise it is empty."""
     registered = {h: hostvar(hostvars, h, result) for h in hosts}
     registered.update({h: r for h, r in (outside or {}).items() if h not in registered})
     read = []
@@ -257,9 +261,13 @@ def release_check(hosts: list[str], hostvars: Any, groups: Any,
         if not isinstance(found, dict) or "stdout" not in found:
             continue
         daemons = [d for d, g in DAEMON_GROUPS.items() if h in (groups.get(g) or [])]
-        read.append(slurm_upgrade.read_host(h, daemons + ["client"], found["stdout"]))
-    problems, notes = slurm_upgrade.release_problems(read)
-    return {"problems": problems, "notes": notes}
+        read_one = slurm_upgrade.read_host(h, daemons + ["client"], found["stdout"])
+        # A host outside the play is not upgraded by it: judged by the release it runs.
+        read.append(read_one if h in hosts else dataclasses.replace(read_one, newer=()))
+    problems, notes = slurm_upgrade.release_problems(read, upgrade=bool(upgrade))
+    planned = slurm_upgrade.upgrades(h for h in read if h.host in hosts) \
+        if upgrade and not problems else {}
+    return {"problems": problems, "notes": notes, "upgrades": planned}
 
 
 class FilterModule:

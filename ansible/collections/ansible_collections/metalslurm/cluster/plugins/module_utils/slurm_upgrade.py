@@ -20,12 +20,18 @@ apt sources offer: a host whose sources offer a release beyond the window (a Deb
 cluster, 22.05, whose sources were pointed at Debian 13, 24.11) is refused, since an
 ``apt upgrade`` there would make that jump (unattended-upgrades does not: the common role
 keeps Slurm off its list).
+
+With ``upgrade`` (``metalslurm configure --upgrade-slurm``) a host whose apt sources offer a
+newer build of its Slurm packages is upgraded to it, inside the window, and the order is
+checked on the releases the hosts will run afterwards; ``upgrades`` names each host's
+packages and versions (site.yml upgrades them slurmdbd's host first, then slurmctld's, then
+the rest).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
     SlurmVersion,
@@ -43,6 +49,7 @@ __all__ = [
     "read_host",
     "release_problems",
     "releases_between",
+    "upgrades",
     "upgrade_path",
     "window",
 ]
@@ -162,7 +169,9 @@ class HostSlurm:
     """One host's Slurm: the daemons it runs here (DAEMON_ORDER), the release installed
     (None: no Slurm package yet), the one its apt sources offer (None: none offered), every
     installed Slurm package with its version (the libraries, whose names carry their
-    release, left out), and whether any of them is held (``apt-mark hold``)."""
+    release, left out), whether any of them is held (``apt-mark hold``); ``newer``: each
+    installed Slurm package (libraries too) whose apt candidate is a newer build, with that
+    build's version; ``upgrading``: this run upgrades them (``--upgrade-slurm``)."""
 
     host: str
     daemons: tuple[str, ...]
@@ -170,11 +179,20 @@ class HostSlurm:
     offered: SlurmVersion | None
     packages: tuple[tuple[str, str], ...] = ()
     held: bool = False
+    newer: tuple[tuple[str, str], ...] = ()
+    upgrading: bool = False
+
+    @property
+    def target(self) -> SlurmVersion | None:
+        """The release of the newest build the apt sources offer over an installed one."""
+        return max((SlurmVersion.parse(v) for _p, v in self.newer), default=None)
 
     @property
     def runs(self) -> SlurmVersion | None:
         """The release the host runs after this configure: a configure keeps an installed
-        release and installs the offered one where none is."""
+        release (unless it upgrades it) and installs the offered one where none is."""
+        if self.upgrading:
+            return self.target
         return self.installed or self.offered
 
     @property
@@ -186,8 +204,9 @@ class HostSlurm:
 def read_host(host: str, daemons: Iterable[str], text: str) -> HostSlurm:
     """A host's Slurm from what ``roles/slurm_common/vars/main.yml``'s
     ``__slurm_common_release_read`` prints there: lines ``installed|STATUS|PACKAGE|SOURCE|
-    VERSION`` (dpkg-query) and ``offered|VERSION`` (the candidate ``apt-cache policy`` names;
-    empty or ``(none)`` when the sources have none).
+    VERSION`` (dpkg-query), ``offered|VERSION`` (the candidate ``apt-cache policy`` names;
+    empty or ``(none)`` when the sources have none) and ``newer|PACKAGE|VERSION`` (an
+    installed package whose candidate is a newer build, by ``dpkg --compare-versions``).
 
     Library packages (``libslurm38`` of 22.05, ``libslurm42`` of 24.11) are left out: an
     upgrade installs the new one beside the old, which stays until ``apt autoremove``."""
@@ -195,6 +214,7 @@ def read_host(host: str, daemons: Iterable[str], text: str) -> HostSlurm:
     packages: dict[str, str] = {}
     held = False
     offered = None
+    newer: dict[str, str] = {}
     for line in str(text).splitlines():
         fields = line.strip().split("|")
         if fields[0] == "installed" and len(fields) == 5:
@@ -205,24 +225,36 @@ def read_host(host: str, daemons: Iterable[str], text: str) -> HostSlurm:
                 held = held or status.strip()[:1] == "h"
         elif fields[0] == "offered" and len(fields) == 2 and fields[1] not in ("", "(none)"):
             offered = SlurmVersion.parse(fields[1])
+        elif fields[0] == "newer" and len(fields) == 3 and fields[1] and fields[2]:
+            SlurmVersion.parse(fields[2])  # one that cannot be read is refused here
+            newer[fields[1]] = fields[2]
     releases = {SlurmVersion.parse(v) for v in packages.values()}
     installed = max(releases) if releases else None
-    return HostSlurm(host, daemons, installed, offered, tuple(sorted(packages.items())), held)
+    return HostSlurm(host, daemons, installed, offered, tuple(sorted(packages.items())), held,
+                     tuple(sorted(newer.items())) if installed else ())
+
+
+def upgrades(hosts: Iterable[HostSlurm]) -> dict[str, list[str]]:
+    """``{host: ["PACKAGE=VERSION", ...]}``: what ``--upgrade-slurm`` installs on each host
+    with a newer build offered (after ``release_problems(..., upgrade=True)`` found none)."""
+    return {h.host: [f"{p}={v}" for p, v in h.newer] for h in hosts if h.newer}
 
 
 def _group(found: Mapping[str, list[str]]) -> list[str]:
     return [text.format(hosts=_hosts(hosts)) for text, hosts in found.items()]
 
 
-def release_problems(hosts: Iterable[HostSlurm]) -> tuple[list[str], list[str]]:
+def release_problems(hosts: Iterable[HostSlurm],
+                     upgrade: bool = False) -> tuple[list[str], list[str]]:
     """(problems, notes) for the cluster's hosts: a problem refuses the configure (each a
-    sentence naming hosts, releases and what to do); a note is said and the run goes on."""
+    sentence naming hosts, releases and what to do); a note is said and the run goes on.
+    With ``upgrade``, a host offered a newer build is judged by the release it upgrades to."""
     found: dict[str, list[str]] = {}
     notes: dict[str, list[str]] = {}
     checked = []
     for h in hosts:
         try:
-            for release in (h.installed, h.offered):
+            for release in (h.installed, h.offered, h.target):
                 if release and not _checkable(release):
                     _index(release)
         except SlurmVersionError as exc:
@@ -230,14 +262,21 @@ def release_problems(hosts: Iterable[HostSlurm]) -> tuple[list[str], list[str]]:
             continue
         checked.append(h)
         versions = sorted({v for _p, v in h.packages})
-        if len({SlurmVersion.parse(v) for v in versions}) > 1:
+        # With --upgrade-slurm a half-done upgrade is finished: every package goes to the
+        # newest build offered.
+        if len({SlurmVersion.parse(v) for v in versions}) > 1 and not (upgrade and h.newer):
             listed = ", ".join(f"{p} {v}" for p, v in h.packages)
             found.setdefault(
                 f"{{hosts}}: Slurm's packages are at different releases ({listed}), a "
-                "half-done upgrade: finish it (or undo it) with apt in SchedMD's order "
-                "(slurmdbd, slurmctld, then slurmd and the clients), then run again", []
+                "half-done upgrade: finish it with 'metalslurm configure --upgrade-slurm' "
+                "(or by hand with apt in SchedMD's order: slurmdbd, slurmctld, then slurmd "
+                "and the clients), or undo it, then run again", []
             ).append(h.host)
-        if h.installed and h.offered and h.offered > h.installed:
+        if upgrade and h.newer:
+            h = replace(h, upgrading=True)
+            checked[-1] = h
+            _upgrade_problems(h, found, notes)
+        elif h.installed and h.offered and h.offered > h.installed:
             why = jump_problem(h.installed, h.offered)
             offer = (f"{{hosts}}: the apt sources offer Slurm {h.offered} over the installed "
                      f"{h.installed}")
@@ -265,7 +304,31 @@ def release_problems(hosts: Iterable[HostSlurm]) -> tuple[list[str], list[str]]:
     return _group(found), _group(notes)
 
 
+def _upgrade_problems(h: HostSlurm, found: dict[str, list[str]],
+                      notes: dict[str, list[str]]) -> None:
+    """An upgrade to the newer build the host's sources offer: inside the window, not held."""
+    builds = sorted({v for _p, v in h.newer})
+    offer = (f"{{hosts}}: the apt sources offer Slurm {' and '.join(builds)} over the "
+             f"installed {', '.join(sorted({v for _p, v in h.packages}))}")
+    if h.held:
+        found.setdefault(
+            f"{offer}, and Slurm's packages are held (apt-mark hold), so --upgrade-slurm "
+            "cannot install them: 'apt-mark unhold' them there, or run without "
+            "--upgrade-slurm", []).append(h.host)
+    elif why := jump_problem(min(SlurmVersion.parse(v) for _p, v in h.packages), h.target):
+        found.setdefault(
+            f"{offer}, a jump Slurm cannot make: {why}. Point the apt sources at a release "
+            f"inside {h.installed.release}'s window first, or run without --upgrade-slurm "
+            "(docs/how-to/day-2.md)", []).append(h.host)
+    else:
+        notes.setdefault(
+            f"{offer}; this run upgrades them, slurmdbd's host first, then slurmctld's, then "
+            "the nodes and login nodes", []).append(h.host)
+
+
 def _verb(h: HostSlurm) -> str:
+    if h.upgrading:
+        return "would upgrade to"
     return "runs" if h.installed else "would install"
 
 

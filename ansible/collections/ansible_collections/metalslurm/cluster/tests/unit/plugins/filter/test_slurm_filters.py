@@ -179,3 +179,32 @@ def test_release_check_reads_each_hosts_registered_result_and_its_groups():
     bad = {"ctl": {"_slurm_common_releases": {"stdout": "offered|something"}}}
     with pytest.raises(AnsibleFilterError, match="cannot read a Slurm version from 'something'"):
         filters.release_check(["ctl"], bad, groups)
+
+
+def test_release_check_plans_an_upgrade_only_when_asked_and_nothing_is_refused():
+    """--upgrade-slurm: ``upgrades`` names what each host of the play installs; the
+    controller read from outside a limited run is judged but not planned; a refusal plans
+    nothing."""
+    new = "24.11.5-1+standin1"
+
+    def read(*packages, version="24.11.5-1", offer=new):
+        return {"stdout": "".join(f"installed|ii |{p}|slurm-wlm|{version}\nnewer|{p}|{offer}\n"
+                                  for p in packages) + f"offered|{offer}"}
+    hostvars = {"gpu-001": {"_slurm_common_releases": read("slurm-client", "slurmd")}}
+    groups = {"slurm_controller": ["ctl"], "slurmdbd": ["ctl"], "slurm_compute": ["gpu-001"]}
+    outside = {"ctl": read("slurm-client", "slurmctld", "slurmdbd")}
+    assert filters.release_check(["gpu-001"], hostvars, groups, outside)["upgrades"] == {}
+    check = filters.release_check(["gpu-001"], hostvars, groups, outside, upgrade=True)
+    assert (check["problems"], check["upgrades"]) == (
+        [], {"gpu-001": [f"slurm-client={new}", f"slurmd={new}"]})
+    # A run limited to a node never upgrades it past a controller this run leaves alone.
+    major = {"gpu-001": {"_slurm_common_releases": read("slurmd", version="23.11.4-1",
+                                                        offer="24.11.5-1")}}
+    limited = filters.release_check(["gpu-001"], major, groups, {"ctl": read(
+        "slurmctld", version="23.11.4-1", offer="24.11.5-1")}, upgrade=True)
+    assert limited["upgrades"] == {}
+    assert "slurmd would upgrade to Slurm 24.11.5, newer than slurmctld's 23.11.4" in \
+        limited["problems"][0]
+    jump = {"gpu-001": {"_slurm_common_releases": read("slurmd", version="22.05.8-4")}}
+    refused = filters.release_check(["gpu-001"], jump, groups, upgrade=True)
+    assert (len(refused["problems"]), refused["upgrades"]) == (1, {})

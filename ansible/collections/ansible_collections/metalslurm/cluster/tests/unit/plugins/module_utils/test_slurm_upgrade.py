@@ -13,6 +13,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_upgrade i
     release_problems,
     releases_between,
     upgrade_path,
+    upgrades,
     window,
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
@@ -234,8 +235,25 @@ def test_a_half_done_upgrade_is_refused():
                                     read_host("gpu-001", ["slurmd"], text)])
     assert problems[0] == (
         "gpu-001: Slurm's packages are at different releases (slurm-client 22.05.8-4+deb12u3, "
-        "slurmd 24.11.5-1+deb13u1), a half-done upgrade: finish it (or undo it) with apt in "
-        "SchedMD's order (slurmdbd, slurmctld, then slurmd and the clients), then run again")
+        "slurmd 24.11.5-1+deb13u1), a half-done upgrade: finish it with 'metalslurm configure "
+        "--upgrade-slurm' (or by hand with apt in SchedMD's order: slurmdbd, slurmctld, then "
+        "slurmd and the clients), or undo it, then run again")
+
+
+def test_upgrade_finishes_a_half_done_upgrade_inside_the_window_only():
+    """23.11 to 24.11 stopped half-way on a node is finished by --upgrade-slurm; 22.05 to
+    24.11 half-way is a jump from the older package's release, refused."""
+    for old, refused in (("23.11.4-1", False), (BOOKWORM, True)):
+        text = (dpkg(TRIXIE, "slurmd") + dpkg(old, "slurm-client")
+                + f"newer|slurm-client|{TRIXIE}\noffered|{TRIXIE}\n")
+        node = read_host("gpu-001", ["slurmd"], text)
+        problems, _ = release_problems([host("ctl", ("slurmctld",), TRIXIE, TRIXIE), node],
+                                       upgrade=True)
+        assert bool(problems) == refused, problems
+        if refused:
+            assert "skips 23.02, 23.11 and 24.05" in problems[0]
+        else:
+            assert upgrades([node]) == {"gpu-001": [f"slurm-client={TRIXIE}"]}
 
 
 def test_many_hosts_are_counted_not_all_named():
@@ -251,3 +269,86 @@ def test_an_unknown_release_names_its_host():
     problems, _ = release_problems(cluster(**{
         "gpu-001": host("gpu-001", ("slurmd",), BOOKWORM, "27.05.1-1")}))
     assert problems[0].startswith("gpu-001: Slurm 27.05 is not a major release metalslurm knows")
+
+
+# --upgrade-slurm: what the read step prints for each installed package whose candidate is a
+# newer build ('newer|PACKAGE|VERSION', dpkg --compare-versions), and the check on the
+# releases the hosts run afterwards.
+STAND_IN = "24.11.5-1+deb13u1+standin1"
+
+
+def offered_newer(name: str, daemons: tuple[str, ...], installed: str, newer: str,
+                  *packages: str, held: bool = False) -> HostSlurm:
+    status = "hi " if held else "ii "
+    text = "".join(f"installed|{status}|{p}|slurm-wlm|{installed}\n" for p in packages)
+    text += "".join(f"newer|{p}|{newer}\n" for p in packages) + f"offered|{newer}\n"
+    return read_host(name, daemons, text)
+
+
+def upgraded_cluster(installed: str, newer: str, **changes: HostSlurm) -> list[HostSlurm]:
+    hosts = {
+        "ctl": offered_newer("ctl", ("slurmctld", "slurmdbd"), installed, newer,
+                             "slurm-client", "slurmctld", "slurmdbd"),
+        "gpu-001": offered_newer("gpu-001", ("slurmd",), installed, newer, "slurm-client",
+                                 "slurmd"),
+        "login-001": offered_newer("login-001", ("client",), installed, newer, "slurm-client")}
+    hosts.update(changes)
+    return list(hosts.values())
+
+
+def test_upgrade_names_every_package_to_install_and_says_the_order():
+    hosts = upgraded_cluster(TRIXIE, STAND_IN)
+    # Without --upgrade-slurm a newer build of the same release passes silently, as before.
+    assert release_problems(hosts) == ([], [])
+    problems, notes = release_problems(hosts, upgrade=True)
+    assert problems == []
+    assert notes == [
+        f"ctl, gpu-001, login-001: the apt sources offer Slurm {STAND_IN} over the installed "
+        f"{TRIXIE}; this run upgrades them, slurmdbd's host first, then slurmctld's, then the "
+        "nodes and login nodes"]
+    assert upgrades(hosts) == {
+        "ctl": [f"slurm-client={STAND_IN}", f"slurmctld={STAND_IN}", f"slurmdbd={STAND_IN}"],
+        "gpu-001": [f"slurm-client={STAND_IN}", f"slurmd={STAND_IN}"],
+        "login-001": [f"slurm-client={STAND_IN}"]}
+
+
+def test_upgrade_inside_the_window_judges_the_order_by_the_releases_after_it():
+    """23.11 to 24.11 (inside 24.11's window) on every host passes; the same with slurmctld's
+    sources still on 23.11 while a node's offer 24.11 is refused (slurmd would be newer)."""
+    old = "23.11.4-1"
+    assert release_problems(upgraded_cluster(old, TRIXIE), upgrade=True)[0] == []
+    stuck = dict(ctl=host("ctl", ("slurmctld", "slurmdbd"), old, old))
+    problems, _ = release_problems(upgraded_cluster(old, TRIXIE, **stuck), upgrade=True)
+    assert problems == [
+        "gpu-001: slurmd would upgrade to Slurm 24.11.5, newer than slurmctld's 23.11.4 on "
+        "ctl, which cannot read a newer release's messages: upgrade slurmdbd and slurmctld "
+        "first, or point these hosts' apt sources at the release that ships 23.11",
+        "login-001: slurm-client would upgrade to Slurm 24.11.5, newer than slurmctld's "
+        "23.11.4 on ctl, which cannot read a newer release's messages: upgrade slurmdbd and "
+        "slurmctld first, or point these hosts' apt sources at the release that ships 23.11"]
+
+
+def test_upgrade_beyond_the_window_is_refused_even_with_the_packages_held():
+    """Debian 12's 22.05 with Debian 13's sources: --upgrade-slurm refuses the jump (held or
+    not); held packages inside the window are refused too, as apt would not touch them."""
+    problems, _ = release_problems(upgraded_cluster(BOOKWORM, TRIXIE), upgrade=True)
+    assert problems[0] == (
+        f"ctl, gpu-001, login-001: the apt sources offer Slurm {TRIXIE} over the installed "
+        f"{BOOKWORM}, a jump Slurm cannot make: Slurm 24.11 takes the state of 23.02, 23.11 "
+        "and 24.05 only (3 releases back), so 22.05 to 24.11 skips 23.02, 23.11 and 24.05; "
+        "upgrade through 23.11 then 24.11. Point the apt sources at a release inside 22.05's "
+        "window first, or run without --upgrade-slurm (docs/how-to/day-2.md)")
+    held = offered_newer("gpu-001", ("slurmd",), TRIXIE, STAND_IN, "slurmd", held=True)
+    problems, _ = release_problems(upgraded_cluster(TRIXIE, STAND_IN, **{"gpu-001": held}),
+                                   upgrade=True)
+    assert problems == [
+        f"gpu-001: the apt sources offer Slurm {STAND_IN} over the installed {TRIXIE}, and "
+        "Slurm's packages are held (apt-mark hold), so --upgrade-slurm cannot install them: "
+        "'apt-mark unhold' them there, or run without --upgrade-slurm"]
+
+
+def test_a_newer_line_that_cannot_be_read_is_refused_and_a_fresh_host_upgrades_nothing():
+    with pytest.raises(SlurmVersionError, match="cannot read a Slurm version"):
+        read_host("gpu-001", ["slurmd"], dpkg(TRIXIE, "slurmd") + "newer|slurmd|garbage\n")
+    fresh = read_host("gpu-003", ["slurmd"], "newer|slurmd|24.11.5-1\noffered|24.11.5-1\n")
+    assert (fresh.newer, upgrades([fresh])) == ((), {})
