@@ -281,15 +281,26 @@ def test_sources_pointed_at_debian_13_are_refused_before_anything_changes(config
     """The controller's and gpu-001's apt sources offer Debian 13's Slurm 24.11 beside the
     installed 22.05, three releases further than 24.11 reads state from: the configure
     stops at its first step on the Slurm hosts, naming both hosts, the releases skipped
-    and the way through, and changes nothing (slurm.conf's hash, no changed task)."""
+    and the way through, and changes nothing (slurm.conf's hash, no changed task); the same
+    with --upgrade-slurm."""
     slurm_conf = node_sh("ctl", "sha256sum /etc/slurm/slurm.conf")
     try:
         _sources_on(["ctl", "gpu-001"], "trixie")
         assert node_sh("ctl", "apt-cache policy slurm-client | sed -n "
                               "'s/^ *Candidate: *//p'").startswith("24.11.")
         refused = run_playbook(INVENTORY, out=lambda _line: None)
+        # 'configure --upgrade-slurm' refuses the same jump, before any host changes.
+        upgrade = run_playbook(INVENTORY, out=lambda _line: None,
+                               extra_vars={"metalslurm_slurm_upgrade": True})
     finally:
         _sources_on(["ctl", "gpu-001"], None)
+    assert not upgrade.ok and upgrade.changed_tasks == []
+    asked = " ".join(" ".join(upgrade.failures).split())
+    assert re.search(
+        r"Nothing was changed: ctl, gpu-001: the apt sources offer Slurm 24\.11\.\S+ over the "
+        r"installed 22\.05\.\S+, a jump Slurm cannot make: .* upgrade through 23\.11 then "
+        r"24\.11\. Point the apt sources at a release inside 22\.05's window first, or run "
+        r"without --upgrade-slurm", asked), asked[-2000:]
     assert not refused.ok
     said = " ".join(" ".join(refused.failures).split())
     assert re.search(

@@ -32,10 +32,16 @@ def cluster(debian13):
 
 
 def started(cluster, host: str, unit: str) -> int:
-    """When ``unit`` last started on ``host`` (seconds since the epoch; 0 if never)."""
-    out = cluster.on(host, f"systemctl show --property=ActiveEnterTimestamp --timestamp=unix "
-                           f"{unit}").stdout.strip()
-    return int(out.partition("=")[2].lstrip("@") or 0)
+    """When ``unit`` last became active on ``host``, in microseconds of the kernel's
+    monotonic clock, which every node container shares with the host (0 if never)."""
+    out = cluster.on(host, f"systemctl show --property=ActiveEnterTimestampMonotonic "
+                           f"--value {unit}").stdout.strip()
+    return int(out or 0)
+
+
+def monotonic_now(cluster, host: str) -> int:
+    """The shared monotonic clock now, in microseconds, as read on ``host``."""
+    return int(float(cluster.on(host, "cut -d' ' -f1 /proc/uptime").stdout) * 1_000_000)
 
 
 def upgrade(cluster):
@@ -55,7 +61,7 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
                                                 "done; srun hostname"))
     wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
              timeout=JOB_TIMEOUT)
-    since = int(cluster.ctl("date +%s").stdout)
+    since = monotonic_now(cluster, "ctl")
 
     result = upgrade(cluster)
     assert result.ok, result.failures
@@ -66,8 +72,10 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
     assert after == {h: dict.fromkeys(before[h], standin) for h in HOSTS}
     dbd, ctld = started(cluster, "ctl", "slurmdbd"), started(cluster, "ctl", "slurmctld")
     slurmd = [started(cluster, n, "slurmd") for n in ("gpu-001", "gpu-002")]
-    assert since <= dbd <= ctld <= min(slurmd), (since, dbd, ctld, slurmd)
-    assert started(cluster, "login-001", "sackd") >= ctld
+    assert since < dbd < ctld < min(slurmd), (since, dbd, ctld, slurmd)
+    assert started(cluster, "login-001", "sackd") > ctld
+    for host in HOSTS:  # the upgrade's hold on the packages' restarts is gone
+        assert cluster.on(host, "test ! -e /usr/sbin/policy-rc.d", check=False).returncode == 0
 
     backups = cluster.ctl("stat -c '%a %U' /var/backups/metalslurm; cd /var/backups/metalslurm"
                           " && stat -c '%a %U %n' *").stdout.splitlines()
@@ -90,7 +98,9 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
         "--format=JobID,State,Start,NNodes").stdout.splitlines()]
     step1 = next(s for s in steps if s[0] == f"{job}.1")
     assert (step1[1], step1[3]) == ("COMPLETED", "2"), steps
-    assert int(step1[2]) >= max(slurmd), (step1, slurmd)
+    # The step started (epoch seconds) after both slurmd restarts (monotonic, made epoch).
+    offset = int(cluster.ctl("date +%s").stdout) - monotonic_now(cluster, "ctl") / 1e6
+    assert int(step1[2]) >= max(slurmd) / 1e6 + offset - 1, (step1, slurmd, offset)
     assert {s[1] for s in steps} == {"COMPLETED"}, steps
 
     again = upgrade(cluster)

@@ -267,6 +267,15 @@ def release_check(hosts: list[str], hostvars: Any, groups: Any,
     problems, notes = slurm_upgrade.release_problems(read, upgrade=bool(upgrade))
     planned = slurm_upgrade.upgrades(h for h in read if h.host in hosts) \
         if upgrade and not problems else {}
+    # slurmdbd goes first: slurmctld is not upgraded while a slurmdbd host goes unread (a
+    # --limit leaving it out, or unreachable), whose release could then fall behind.
+    unread = sorted(set(groups.get("slurmdbd") or []) - {h.host for h in read})
+    if unread and set(planned) & set(groups.get("slurm_controller") or []):
+        problems.append(
+            f"{', '.join(unread)}: slurmdbd's host was not read in this run (left out by "
+            "--limit, or unreachable), and --upgrade-slurm upgrades slurmctld only once "
+            "slurmdbd runs the same build or a newer one: run with slurmdbd's host too")
+        planned = {}
     return {"problems": problems, "notes": notes, "upgrades": planned}
 
 

@@ -77,6 +77,8 @@ CLUSTER_VARS = {
                          "'metalslurm accept'",
     "metalslurm_drain_wait": "seconds the configure waits for the jobs on nodes leaving the "
                              "cluster before refusing (default 0; --drain-wait)",
+    "metalslurm_slurm_upgrade": "true to upgrade Slurm to the newer build the apt sources "
+                                "offer, in SchedMD's order (default false; --upgrade-slurm)",
     "metalslurm_leaving_max_share": "the largest share of Slurm's nodes one configure may take "
                                     "out (default 0.5; 1 for no bound)",
     "metalslurm_image_build": "true only while ansible/image.yml builds a prepared image (that "

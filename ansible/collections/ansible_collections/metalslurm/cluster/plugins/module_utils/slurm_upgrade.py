@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_versions import (
+    RECONFIGURE_TAKES_NODES,
     SlurmVersion,
     SlurmVersionError,
 )
@@ -324,6 +325,13 @@ def _upgrade_problems(h: HostSlurm, found: dict[str, list[str]],
         notes.setdefault(
             f"{offer}; this run upgrades them, slurmdbd's host first, then slurmctld's, then "
             "the nodes and login nodes", []).append(h.host)
+        if "slurmd" in h.daemons and h.installed < RECONFIGURE_TAKES_NODES:
+            # The same limit as a node list change there (slurm_versions.py).
+            notes.setdefault(
+                f"{{hosts}}: slurmd {h.installed.release} restarted on the new build refuses "
+                "new steps of the jobs running across the restart ('Job prolog failed'; "
+                "their running steps finish): drain these nodes first where that matters",
+                []).append(h.host)
 
 
 def _verb(h: HostSlurm) -> str:

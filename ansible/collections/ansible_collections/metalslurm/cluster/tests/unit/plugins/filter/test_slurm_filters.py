@@ -205,6 +205,15 @@ def test_release_check_plans_an_upgrade_only_when_asked_and_nothing_is_refused()
     assert limited["upgrades"] == {}
     assert "slurmd would upgrade to Slurm 24.11.5, newer than slurmctld's 23.11.4" in \
         limited["problems"][0]
+    # A separate slurmdbd host left out of a run that would upgrade slurmctld: refused.
+    apart = {**groups, "slurmdbd": ["dbd"]}
+    ctl_only = filters.release_check(["ctl"], {"ctl": {"_slurm_common_releases": outside["ctl"]}},
+                                     apart, upgrade=True)
+    assert ctl_only["upgrades"] == {}
+    assert ctl_only["problems"] == [
+        "dbd: slurmdbd's host was not read in this run (left out by --limit, or unreachable), "
+        "and --upgrade-slurm upgrades slurmctld only once slurmdbd runs the same build or a "
+        "newer one: run with slurmdbd's host too"]
     jump = {"gpu-001": {"_slurm_common_releases": read("slurmd", version="22.05.8-4")}}
     refused = filters.release_check(["gpu-001"], jump, groups, upgrade=True)
     assert (len(refused["problems"]), refused["upgrades"]) == (1, {})
