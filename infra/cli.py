@@ -268,8 +268,8 @@ def _add_configure(sub: _Commands) -> None:
     conf.add_argument("--upgrade-slurm", action="store_true",
                       help="upgrade Slurm to the newer build the hosts' apt sources offer, inside "
                       "Slurm's upgrade window: slurmdbd's host first (database backed up), then "
-                      "slurmctld's, then the nodes, running jobs kept (before Slurm 24.11 they start no new "
-                      "step after slurmd's restart; docs/how-to/day-2.md)")
+                      "slurmctld's, then the nodes, running jobs kept (before Slurm 24.11 they "
+                      "start no new step after slurmd's restart; docs/how-to/day-2.md)")
     _add_become_password(conf)
     conf.set_defaults(func=cmd_configure)
 

@@ -117,8 +117,11 @@ def test_every_role_of_the_playbook_is_read():
 # runs.
 # The DCGM guard runs with the NVIDIA driver's services (real GPUs only; test_gpu_driver.py
 # and tests/verify/test_gpu.py check it where the driver runs).
+# slurm_common's upgrade.yml (configure --upgrade-slurm) starts slurmdbd and slurmctld again
+# in SchedMD's order after it stopped them; their own roles keep them running and are placed.
 NOT_PLACED = {("common", "chrony"), ("slurm_elastic", "metalslurm-power-reconcile.timer"),
-              ("slurm_elastic", "metalslurm-join.path"), ("nvidia_gpu", "metalslurm-dcgm-guard")}
+              ("slurm_elastic", "metalslurm-join.path"), ("nvidia_gpu", "metalslurm-dcgm-guard"),
+              ("slurm_common", "slurmdbd"), ("slurm_common", "slurmctld")}
 
 
 def services_roles_keep_running() -> set[tuple[str, str]]:

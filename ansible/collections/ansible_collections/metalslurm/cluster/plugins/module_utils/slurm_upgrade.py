@@ -308,6 +308,10 @@ def release_problems(hosts: Iterable[HostSlurm],
 def _upgrade_problems(h: HostSlurm, found: dict[str, list[str]],
                       notes: dict[str, list[str]]) -> None:
     """An upgrade to the newer build the host's sources offer: inside the window, not held."""
+    target, installed = h.target, h.installed
+    if target is None or installed is None:  # read_host keeps 'newer' only where installed
+        return
+    oldest = min(SlurmVersion.parse(v) for _p, v in h.packages)
     builds = sorted({v for _p, v in h.newer})
     offer = (f"{{hosts}}: the apt sources offer Slurm {' and '.join(builds)} over the "
              f"installed {', '.join(sorted({v for _p, v in h.packages}))}")
@@ -316,19 +320,19 @@ def _upgrade_problems(h: HostSlurm, found: dict[str, list[str]],
             f"{offer}, and Slurm's packages are held (apt-mark hold), so --upgrade-slurm "
             "cannot install them: 'apt-mark unhold' them there, or run without "
             "--upgrade-slurm", []).append(h.host)
-    elif why := jump_problem(min(SlurmVersion.parse(v) for _p, v in h.packages), h.target):
+    elif why := jump_problem(oldest, target):
         found.setdefault(
             f"{offer}, a jump Slurm cannot make: {why}. Point the apt sources at a release "
-            f"inside {h.installed.release}'s window first, or run without --upgrade-slurm "
+            f"inside {oldest.release}'s window first, or run without --upgrade-slurm "
             "(docs/how-to/day-2.md)", []).append(h.host)
     else:
         notes.setdefault(
             f"{offer}; this run upgrades them, slurmdbd's host first, then slurmctld's, then "
             "the nodes and login nodes", []).append(h.host)
-        if "slurmd" in h.daemons and h.installed < RECONFIGURE_TAKES_NODES:
+        if "slurmd" in h.daemons and installed < RECONFIGURE_TAKES_NODES:
             # The same limit as a node list change there (slurm_versions.py).
             notes.setdefault(
-                f"{{hosts}}: slurmd {h.installed.release} restarted on the new build refuses "
+                f"{{hosts}}: slurmd {installed.release} restarted on the new build refuses "
                 "new steps of the jobs running across the restart ('Job prolog failed'; "
                 "their running steps finish): drain these nodes first where that matters",
                 []).append(h.host)
