@@ -14,7 +14,7 @@ import pytest
 
 from infra.ops.configure import run_playbook
 from tests.e2e import slurm_standin
-from tests.e2e.cluster import JOB_TIMEOUT, wait_for
+from tests.e2e.cluster import JOB_TIMEOUT, quoted, wait_for
 
 HOSTS = ("ctl", "login-001", "gpu-001", "gpu-002")
 GO = "/var/tmp/metalslurm-upgrade-test-go"  # not the job's private /tmp
@@ -57,8 +57,8 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
     before = {h: slurm_standin.slurm_packages(cluster, h) for h in HOSTS}
     standin = slurm_standin.publish(cluster, HOSTS)
     job = cluster.submit("alice", "--nodes=2 --nodelist=gpu-[001-002] --time=10 --wrap="
-                         + slurm_standin.quoted(f"srun hostname; until [ -e {GO} ]; do sleep 1; "
-                                                "done; srun hostname"))
+                         + quoted(f"srun hostname; until [ -e {GO} ]; do sleep 1; "
+                                  "done; srun hostname"))
     wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
              timeout=JOB_TIMEOUT)
     since = monotonic_now(cluster, "ctl")
