@@ -435,24 +435,33 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from infra.ops.maintain import run_maintain
 
     return run_maintain(args.inventory, nodes=args.nodes, reboot=args.reboot,
-                        batch=args.batch, max_wait=args.max_wait, log=say)
+                        batch=args.batch, max_wait=args.max_wait, update=args.update, log=say)
 
 
 def _add_maintain(sub: _Commands) -> None:
-    """``maintain --reboot``: rolling reboots that kill no job."""
+    """``maintain --reboot`` / ``--update``: rolling reboots and package updates that kill
+    no job."""
     main = sub.add_parser(
-        "maintain", help="rolling reboots of compute nodes, running jobs finishing first",
+        "maintain", help="rolling reboots and package updates of compute nodes, running jobs "
+        "finishing first",
         description="Reboot compute nodes through Slurm ('scontrol reboot ASAP "
         "nextstate=DOWN'): each takes no new job, its running jobs end, it reboots and "
         "registers DOWN; its health checker runs over SSH and only a passing node is resumed "
         "(with the acceptance gate on: drained into the gate). At most --batch nodes out at "
         "once, idle nodes first. Stopped half-way, a run again with the same nodes goes on "
-        "where each node was. Exit 1 when a node failed or was not rebooted (--max-wait).")
+        "where each node was. With --update each node is drained, its running jobs end, and "
+        "the newer builds its apt sources offer of its held packages and of munge's and "
+        "Slurm's are installed (checked on every node before any is drained); then its "
+        "reboot, or munge and slurmd restarted, the health check and the return. Exit 1 when "
+        "a node failed or was not rebooted or updated (--max-wait).")
     main.add_argument("-i", "--inventory", type=Path,
                       help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
     main.add_argument("--nodes", required=True,
                       help="a hostlist of compute nodes (gpu-[001-004])")
-    main.add_argument("--reboot", action="store_true", help="reboot them (required)")
+    main.add_argument("--reboot", action="store_true", help="reboot them")
+    main.add_argument("--update", action="store_true",
+                      help="install the newer builds of their held, munge and Slurm packages "
+                      "first")
     main.add_argument("--batch", type=int, default=1, metavar="N",
                       help="nodes out of service at once (default 1)")
     main.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",

@@ -39,11 +39,24 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.health import (
 )
 
 from infra.accept.remote import RemoteError, Shell, read_retried
+from infra.ops.node_update import (
+    APPLY_SCRIPT,
+    CONTROLLER_SLURM,
+    PLAN_SCRIPT,
+    RESTART_SCRIPT,
+    Newer,
+    install_words,
+    parse_plan,
+    pinned_packages,
+    plan_problems,
+)
 
 # The reason this command gives Slurm. Slurm appends its own steps to it (": reboot issued",
 # ": reboot complete"); the request's time in it lets a later run tell a node rebooted since.
 REASON_PREFIX = "metalslurm-maintain:"
 _REQUESTED_RE = re.compile(re.escape(REASON_PREFIX) + r" reboot requested at (\d+)")
+# --update drains a node with this reason (and its time) until its packages are installed.
+_UPDATE_RE = re.compile(re.escape(REASON_PREFIX) + r" update requested at (\d+)")
 POLL_SECONDS = 2.0
 # A failed read is tried again this many times, POLL_SECONDS apart: two minutes, about a
 # slurmctld restart or a backup controller's takeover (SlurmctldTimeout 120 s).
@@ -94,6 +107,12 @@ class NodeView:
         by then: the health checker run by slurmd at boot puts its own when it fails."""
         return (self.boot_time >= requested and not self.states & PENDING_REBOOT
                 and "reboot timed out" not in self.reason)
+
+    @property
+    def update_requested_at(self) -> int | None:
+        """When a --update run drained the node for its packages (still drained), if one did."""
+        match = _UPDATE_RE.match(self.reason)
+        return int(match[1]) if match and "DRAIN" in self.states else None
 
     @property
     def taken_up(self) -> bool:
@@ -152,6 +171,7 @@ class Progress:
     resumed_at: float | None = None
     ok: bool = False
     called_off: bool = False  # its jobs ran past max_wait: not rebooted, back in service
+    updating: bool = False  # --update: drained, its packages not yet installed
     said: str = ""  # the last phase reported
 
 
@@ -177,11 +197,15 @@ class Settings:
     gate: bool
     elastic: frozenset[str] = frozenset()  # cloud nodes: each resume boots them anew
     max_wait: float | None = None  # seconds a node may wait for its jobs; None: no bound
+    reboot: bool = True
+    update: bool = False  # install newer builds of held, munge and Slurm packages first
+    pins: Mapping[str, str] = field(default_factory=dict)  # node_update.pinned_packages
 
 
 def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
                             elastic: Iterable[str] = (),
-                            max_wait: float | None = None) -> Settings:
+                            max_wait: float | None = None, *, reboot: bool = True,
+                            update: bool = False) -> Settings:
     from infra.stack.accept import settings_from_inventory as gate_settings
     from infra.stack.inputs import InputError
 
@@ -194,7 +218,8 @@ def settings_from_inventory(all_vars: Mapping[str, Any], batch: int,
                     health_program=(cluster_defaults()["health_program"]
                                     if health["enabled"] else None),
                     gate=gate_settings(all_vars, None).gate, elastic=frozenset(elastic),
-                    max_wait=max_wait)
+                    max_wait=max_wait, reboot=reboot, update=update,
+                    pins=pinned_packages(all_vars))
 
 
 class Maintain:
@@ -206,6 +231,7 @@ class Maintain:
         self.controller, self.node_shell, self.settings = controller, node_shell, settings
         self.log, self.poll, self.clock = log, poll, clock
         self.monotonic, self.sleep = monotonic, sleep
+        self.controller_slurm = ""  # slurmctld's build (--update), read once a run
 
     # ---- Slurm, on the controller ------------------------------------------------------
 
@@ -238,6 +264,14 @@ class Maintain:
             raise MaintainError(f"Slurm does not know {', '.join(unknown)}; give nodes "
                                 "'sinfo' lists")
         queue = list(nodes)
+        if self.settings.update:
+            current = self.check_updates([n for n in queue if not self.left_alone(views[n])],
+                                         views)
+            for name in queue[:]:
+                if name not in current and not self.left_alone(views[name]):
+                    queue.remove(name)
+                    result.skipped[name] = "nothing newer to install: left in service"
+                    self.log(f"{name}: {result.skipped[name]}")
         active: dict[str, Progress] = {}
         first = True  # the first round uses the first read
         try:
@@ -267,16 +301,55 @@ class Maintain:
         except (MaintainError, RemoteError, KeyboardInterrupt):
             if active:
                 self.log("stopped with " + ", ".join(
-                    f"{n} ({p.said or 'reboot requested'})" for n, p in active.items())
+                    f"{n} ({p.said or ('update pending' if p.updating else 'reboot requested')})"
+                    for n, p in active.items())
                     + " under way: Slurm keeps each where it is; the same command again goes "
                     "on with them")
             raise
         result.seconds = self.monotonic() - start
         return result
 
+    def check_updates(self, nodes: Sequence[str], views: Mapping[str, NodeView]) -> set[str]:
+        """--update, before any node is drained: what each node would install, every
+        node's problem named at once (MaintainError); the nodes the run goes on with (all
+        of them with --reboot; otherwise those with something to install, or drained for it
+        by an earlier run)."""
+        self.controller_slurm = str(self.controller.run(CONTROLLER_SLURM, check=False).stdout
+                                    or "").strip()
+        problems, going_on = [], set()
+        for name in nodes:
+            try:
+                plan = self.plan(name)
+            except MaintainError as exc:
+                problems.append(str(exc))
+                continue
+            problems += plan_problems(name, plan, reboot=self.settings.reboot,
+                                      controller_slurm=self.controller_slurm,
+                                      pins=self.settings.pins)
+            if plan or self.settings.reboot or views[name].update_requested_at is not None:
+                going_on.add(name)
+            self.log(f"{name}: " + ("; ".join(n.describe() for n in plan) if plan
+                                    else "nothing newer to install"))
+        if problems:
+            raise MaintainError("refused before any node was drained: " + "; ".join(problems))
+        return going_on
+
+    def plan(self, name: str) -> list[Newer]:
+        """What ``name``'s apt sources offer newer builds of (its lists read again)."""
+        try:
+            proc = self.node_shell(name).run(f"bash -s -- {shlex.quote(self.controller_slurm)}",
+                                             check=False, timeout=600, stdin=PLAN_SCRIPT)
+        except RuntimeError as exc:
+            raise MaintainError(f"{name}: could not read what to update ({exc})") from None
+        if proc.returncode != 0:
+            said = (proc.stderr or proc.stdout or "").strip()[-300:]
+            raise MaintainError(f"{name}: could not read what to update (exit status "
+                                f"{proc.returncode}: {said})")
+        return parse_plan(proc.stdout or "")
+
     def left_alone(self, view: NodeView) -> str:
-        """Why a node is not rebooted, or ""."""
-        if view.taken_up:
+        """Why a node is not rebooted (updated), or ""."""
+        if view.taken_up or (self.settings.update and view.update_requested_at is not None):
             return ""
         if view.name in self.settings.elastic or "CLOUD" in view.states:
             return ("an elastic node (each resume boots it anew; 'scontrol power_down' it "
@@ -292,25 +365,40 @@ class Maintain:
         return ""
 
     def request(self, view: NodeView) -> Progress:
-        """Ask Slurm for the node's reboot, or take up the request of an earlier run. The
-        request's time is the controller's clock, which the node's boot time is compared
-        with (the operator's machine may be set otherwise)."""
+        """Ask Slurm for the node's reboot (with --update, its drain), or take up the request
+        of an earlier run. The request's time is the controller's clock, which the node's
+        boot time is compared with (the operator's machine may be set otherwise)."""
+        waits = " (it waits for its jobs to end; it takes no new one)" if view.busy else ""
         if view.taken_up:
             self.log(f"{view.name}: its reboot was asked for by an earlier run "
                      f"({view.describe().lower()}): taken up")
             progress = Progress(view.name, int(view.requested_at or 0))
+        elif self.settings.update and view.update_requested_at is not None:
+            self.log(f"{view.name}: drained for its update by an earlier run "
+                     f"({view.describe().lower()}): taken up")
+            progress = Progress(view.name, view.update_requested_at, updating=True)
+        elif self.settings.update:
+            progress = Progress(view.name, self.on_controller(
+                f"scontrol update nodename={shlex.quote(view.name)} state=drain "
+                f'reason="{REASON_PREFIX} update requested at $now"'), updating=True)
+            self.log(f"{view.name}: drained for its update{waits}")
         else:
-            out = str(self.controller.run(
-                f'now=$(date +%s) && scontrol reboot ASAP nextstate=DOWN reason="{REASON_PREFIX}'
-                f' reboot requested at $now" {shlex.quote(view.name)} && echo "$now"').stdout
-                ).strip()
-            self.log(f"{view.name}: reboot requested" + (
-                " (it waits for its jobs to end; it takes no new one)" if view.busy else ""))
-            progress = Progress(view.name, int(out) if out.isdigit() else int(self.clock()))
+            progress = Progress(view.name, self.ask_reboot(view.name))
+            self.log(f"{view.name}: reboot requested{waits}")
         progress.asked_at = self.monotonic()
         if not view.busy:
             progress.out_since = progress.asked_at
         return progress
+
+    def on_controller(self, command: str) -> int:
+        """Run ``command`` with ``$now`` set to the controller's clock; that time."""
+        out = str(self.controller.run(f'now=$(date +%s) && {command} && echo "$now"').stdout
+                  ).strip()
+        return int(out) if out.isdigit() else int(self.clock())
+
+    def ask_reboot(self, name: str) -> int:
+        return self.on_controller(f'scontrol reboot ASAP nextstate=DOWN reason="{REASON_PREFIX}'
+                                  f' reboot requested at $now" {shlex.quote(name)}')
 
     def say(self, progress: Progress, phase: str) -> None:
         if progress.said != phase:
@@ -324,6 +412,8 @@ class Maintain:
             progress.outcome = "Slurm no longer knows it (removed from slurm.conf?)"
             self.log(f"{name}: FAILED: {progress.outcome}")
             return True
+        if progress.updating:
+            return self.advance_update(progress, view)
         if progress.resumed:
             # A resumed DOWN node is marked not responding until slurmctld's next ping.
             if "NOT_RESPONDING" in view.states:
@@ -366,6 +456,79 @@ class Maintain:
             progress.out_since = self.monotonic()
         self.say(progress, "rebooting")
         return False
+
+    def advance_update(self, progress: Progress, view: NodeView) -> bool:
+        """--update: a drained node waits for its jobs, then gets its packages; then its
+        reboot (--reboot) or its daemons restarted and the way back to service."""
+        name = progress.node
+        if view.update_requested_at is None:
+            return self.fail(progress, f"its drain was lifted or replaced by someone else "
+                             f"({view.describe()}, {view.reason or 'no reason'}); not updated, "
+                             "left as it is")
+        if view.busy:
+            limit = self.settings.max_wait
+            if limit is not None and self.monotonic() - progress.asked_at >= limit:
+                return self.call_off_update(progress)
+            self.say(progress, "waiting for its jobs to end (drained, update pending)")
+            return False
+        if progress.out_since is None:
+            progress.out_since = self.monotonic()
+        self.say(progress, "installing its updates")
+        try:
+            installed = self.update(name)
+        except MaintainError as exc:
+            return self.fail(progress, f"not updated: {exc}; it stays drained (this command's "
+                             "reason): fix that and run the same command again")
+        self.log(f"{name}: " + ("installed " + "; ".join(n.describe() for n in installed)
+                                if installed else "nothing newer to install"))
+        progress.updating = False
+        if self.settings.reboot:
+            progress.requested = self.ask_reboot(name)
+            self.say(progress, "reboot requested")
+            return False
+        try:
+            self.node_shell(name).run("bash -s", timeout=300, stdin=RESTART_SCRIPT)
+        except RuntimeError as exc:
+            return self.fail(progress, f"its daemons did not restart after the update ({exc}); "
+                             "it stays drained: look at munge and slurmd there, then resume it")
+        self.say(progress, "munge and slurmd restarted on the new build")
+        return self.return_to_service(progress, view)
+
+    def update(self, name: str) -> list[Newer]:
+        """Install what ``name``'s sources offer now, checked again as before the run."""
+        plan = self.plan(name)
+        problems = plan_problems(name, plan, reboot=self.settings.reboot,
+                                 controller_slurm=self.controller_slurm, pins=self.settings.pins)
+        if problems:
+            raise MaintainError("; ".join(problems))
+        if plan:
+            words = " ".join(shlex.quote(w) for w in install_words(plan))
+            try:
+                proc = self.node_shell(name).run(f"bash -s -- {words}", check=False,
+                                                 timeout=1800, stdin=APPLY_SCRIPT)
+            except RuntimeError as exc:
+                raise MaintainError(f"apt-get install did not end ({exc})") from None
+            if proc.returncode != 0:
+                raise MaintainError(f"apt-get install failed (exit status {proc.returncode}: "
+                                    f"{(proc.stderr or proc.stdout or '').strip()[-300:]})")
+        return plan
+
+    def call_off_update(self, progress: Progress) -> bool:
+        """The node's jobs ran past max_wait: its drain lifted, not updated."""
+        name = progress.node
+        jobs = self.jobs_on(name)
+        self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+        progress.called_off = True
+        progress.outcome = (f"NOT updated: {jobs or 'its jobs'} still ran after --max-wait "
+                            f"{self.settings.max_wait:.0f} s; its drain was lifted and it is "
+                            "back in service")
+        self.log(f"{name}: {progress.outcome}")
+        return True
+
+    def fail(self, progress: Progress, outcome: str) -> bool:
+        progress.outcome = outcome
+        self.log(f"{progress.node}: FAILED: {outcome}")
+        return True
 
     def call_off(self, progress: Progress) -> bool:
         """The node's jobs ran past max_wait: its reboot called off and its drain lifted, so
@@ -474,10 +637,11 @@ def checked_max_wait(value: float | None) -> float | None:
 
 
 def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
-                 log: Callable[[str], None], max_wait: float | None = None) -> int:
-    """Reboot the inventory's compute nodes ``nodes`` (a hostlist) in batches of ``batch``;
-    every input checked before anything runs on a node. Exit status 1 when a node failed or
-    its jobs ran past ``max_wait``."""
+                 log: Callable[[str], None], max_wait: float | None = None,
+                 update: bool = False) -> int:
+    """Reboot (``reboot``) and/or update (``update``) the inventory's compute nodes
+    ``nodes`` (a hostlist) in batches of ``batch``; every input checked before anything runs
+    on a node. Exit status 1 when a node failed or its jobs ran past ``max_wait``."""
     from infra.accept.remote import Remote
     from infra.ops.inventory_file import (
         INVENTORY_FILE,
@@ -490,9 +654,9 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
     if inventory is None:
         raise InputError("--inventory", f"is required: give {INVENTORY_FILE}")
     document = load_inventory(inventory, "--inventory")
-    if not reboot:
-        raise InputError("--reboot", "is required: rolling reboots are what 'maintain' does "
-                         "(give --reboot)")
+    if not reboot and not update:
+        raise InputError("--reboot/--update", "one is required: give --reboot (rolling "
+                         "reboots), --update (package updates) or both")
     checked_batch(batch)
     max_wait = checked_max_wait(max_wait)
     root = document.get("all") or {}
@@ -507,7 +671,8 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
                          nodes)
     elastic = [n for n in compute
                if (hosts.get(n) or {}).get("metalslurm_node_state") == "cloud"]
-    settings = settings_from_inventory(all_vars, batch, elastic, max_wait)
+    settings = settings_from_inventory(all_vars, batch, elastic, max_wait, reboot=reboot,
+                                       update=update)
     controller_name = hosts_in_group(inventory, "slurm_controller")[0]
 
     def host_vars(name: str) -> dict[str, Any]:
@@ -530,9 +695,11 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
     gated = [p for p in result.done if p.ok and not p.resumed]
     outs = [p.back_at - p.out_since for p in result.done
             if p.ok and p.back_at is not None and p.out_since is not None]
-    log(f"{len(back)} rebooted and returned, "
-        + (f"{len(gated)} rebooted and handed to the acceptance gate, " if gated else "")
-        + (f"{len(result.called_off)} not rebooted (jobs past --max-wait), "
+    done = {(True, False): "rebooted", (False, True): "updated",
+            (True, True): "updated and rebooted"}[(reboot, update)]
+    log(f"{len(back)} {done} and returned, "
+        + (f"{len(gated)} {done} and handed to the acceptance gate, " if gated else "")
+        + (f"{len(result.called_off)} not {done} (jobs past --max-wait), "
            if result.called_off else "")
         + f"{len(result.failed)} failed, {len(result.skipped)} left alone; "
         f"{result.seconds:.0f} s"

@@ -1,4 +1,5 @@
-"""A STAND-IN for a newer build of the cluster's Slurm, for the upgrade test: no newer build
+"""A STAND-IN for a newer build of the cluster's Slurm (and of munge, for 'maintain --update'),
+for the upgrade tests: no newer build
 of either Debian Slurm line can be had here (bookworm ships 22.05.8-4+deb12u3 only, trixie
 24.11.5-4+deb13u1 only), and rebuilding forky's 26.05 from source takes longer than the
 suite has. So the test takes Debian's own packages of the release the cluster runs and
@@ -54,19 +55,20 @@ cd / && rm -rf {repo} /tmp/standin-build && mv /tmp/standin-repo {repo}
 """
 
 
-def slurm_packages(cluster, host: str) -> dict[str, str]:
-    """The installed packages of Slurm's source on ``host``, with their versions."""
+def installed_of(cluster, host: str, source: str = "slurm-wlm") -> dict[str, str]:
+    """The installed packages of ``source`` on ``host``, with their versions."""
     out = cluster.on(host, "dpkg-query --show --showformat='${db:Status-Abbrev}|${Package}|"
-                           "${source:Package}|${Version}\\n' | grep '|slurm-wlm|'").stdout
+                           "${source:Package}|${Version}\\n'").stdout
     return {fields[1]: fields[3] for fields in (line.split("|") for line in out.splitlines())
-            if len(fields) == 4 and fields[0].startswith("ii") and fields[2] == "slurm-wlm"}
+            if len(fields) == 4 and fields[0][1:2] == "i" and fields[2] == source}
 
 
-def publish(cluster, hosts: tuple[str, ...]) -> str:
-    """Build the stand-in on the controller and publish it on ``hosts``; its version."""
+def publish(cluster, hosts: tuple[str, ...], source: str = "slurm-wlm") -> str:
+    """Build the stand-in of ``source``'s packages installed on ``hosts`` on the controller
+    and publish it on ``hosts``; its version."""
     installed: dict[str, str] = {}
     for host in hosts:
-        installed.update(slurm_packages(cluster, host))
+        installed.update(installed_of(cluster, host, source))
     (version,) = set(installed.values())
     script = _BUILD.format(repo=REPO, suffix=SUFFIX)
     cluster.ctl(f"bash -c {quoted(script)} standin {version} {' '.join(sorted(installed))}")

@@ -1,5 +1,7 @@
 """Rolling reboots with 'metalslurm maintain --reboot' on the Debian 13 cluster (Slurm 24.11):
-Slurm's own reboot of real node containers, a job running on one of them.
+Slurm's own reboot of real node containers, a job running on one of them; and a rolling
+package update ('--update') of munge, held, to a STAND-IN newer build (tests/e2e/
+slurm_standin.py: Debian's own packages relabelled, since no newer build exists here).
 
 What stands in for a server here, each labelled where it is made: the container's systemd
 rebooting ends the container and podman's restart policy starts it again (the local
@@ -19,6 +21,7 @@ from datetime import datetime
 
 import pytest
 
+from tests.e2e import slurm_standin
 from tests.e2e.cluster import JOB_TIMEOUT, metalslurm, wait_for
 
 NODES = ("gpu-001", "gpu-002")
@@ -61,9 +64,11 @@ def running_job(cluster, seconds: int) -> str:
     return job
 
 
-def maintain(cluster, nodes: str, *options: str) -> tuple[int, list[str]]:
-    """'metalslurm maintain --reboot' on ``nodes``: its exit status and its lines."""
-    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", nodes, "--reboot",
+def maintain(cluster, nodes: str, *options: str, what: str = "--reboot"
+             ) -> tuple[int, list[str]]:
+    """'metalslurm maintain --reboot' (or ``what``) on ``nodes``: its exit status and its
+    lines."""
+    run = metalslurm("maintain", "-i", str(cluster.inventory), "--nodes", nodes, what,
                      *options, timeout=900)
     return run.returncode, (run.stdout + run.stderr).splitlines()
 
@@ -153,3 +158,69 @@ def test_bad_input_changes_nothing(cluster):
         run = metalslurm("maintain", "-i", str(cluster.inventory), *argv)
         assert run.returncode == 2 and run.stderr.startswith(f"error: {named}"), run.stderr
     assert [node_view(cluster, n) for n in NODES] == [("idle", "none")] * 2
+
+
+def started_at(cluster, node: str, unit: str) -> int:
+    """When ``unit`` last started on ``node`` (seconds since the epoch, the host's clock)."""
+    return int(cluster.on(node, f"date -d \"$(systemctl show -p ActiveEnterTimestamp --value "
+                                f"{unit})\" +%s").stdout)
+
+
+def test_a_rolling_update_installs_held_munge_after_the_job_and_kills_nothing(cluster):
+    """--update in batches of one while alice's job runs on gpu-001: munge, held on both
+    nodes, moves to the stand-in's newer build, gpu-002's at once (while the job runs),
+    gpu-001's only after the job ended; munge and slurmd restarted, not the nodes; the holds
+    kept; both back idle; the job COMPLETED; a second run finds nothing to install."""
+    hosts = ("ctl", *NODES)
+    for node in NODES:
+        cluster.on(node, "apt-mark hold munge libmunge2")
+    try:
+        installed = slurm_standin.installed_of(cluster, "gpu-001", "munge")
+        standin = slurm_standin.publish(cluster, NODES, "munge")
+        before = {n: boot_time(cluster, n) for n in NODES}
+        since = cluster.ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
+        job = running_job(cluster, 30)
+
+        code, lines = maintain(cluster, "gpu-[001-002]", "--batch", "1", what="--update")
+        assert code == 0, lines
+        said = [line for line in lines if line.startswith(NODES)]
+        moved = "; ".join(f"{p} {installed[p]} -> {standin}" for p in sorted(installed))
+        assert said[:2] == [f"gpu-001: {moved}", f"gpu-002: {moved}"], said
+        assert said[2] == "gpu-002: drained for its update", said
+        assert f"gpu-002: installed {moved}" in said and f"gpu-001: installed {moved}" in said
+        assert "gpu-001: waiting for its jobs to end (drained, update pending)" in said
+        assert any(re.fullmatch(r"2 updated and returned, 0 failed, 0 left alone; \d+ s; out "
+                                r"of service \d+-\d+ s a node \(waiting for jobs not counted\)",
+                                line) for line in lines), lines
+
+        assert cluster.wait_until_done(job) == "COMPLETED"
+        (row,) = cluster.ctl(f"SLURM_TIME_FORMAT=%s sacct --allocations --noheader "
+                             f"--parsable2 --jobs={job} --format=Start,End").stdout.splitlines()
+        started, ended = (int(t) for t in row.split("|"))
+        # gpu-002 was updated while the job ran; gpu-001 once it had ended.
+        assert started < started_at(cluster, "gpu-002", "slurmd") < ended
+        for unit in ("munge", "slurmd"):
+            assert started_at(cluster, "gpu-001", unit) >= ended, unit
+        for node in NODES:
+            assert slurm_standin.installed_of(cluster, node, "munge") == {
+                p: standin for p in installed}
+            assert cluster.on(node, "apt-mark showhold").stdout.split() == [
+                "libmunge2", "munge"]
+            assert boot_time(cluster, node) == before[node]  # restarted, not rebooted
+            wait_for(f"{node} to be idle", lambda n=node: node_view(cluster, n) == (
+                "idle", "none"), timeout=60)
+        killed = cluster.ctl(f"sacct --allocations --noheader --parsable2 --starttime={since} "
+                             "--state=NODE_FAIL,FAILED,CANCELLED,TIMEOUT,PREEMPTED "
+                             "--nodelist=gpu-001,gpu-002 --format=JobID,State").stdout
+        assert killed.strip() == ""
+        # Both nodes run jobs with the controller on the older munge build.
+        step = cluster.submit("alice", "--nodes=2 --nodelist=gpu-[001-002] --time=2 "
+                              "--wrap='srun hostname'")
+        assert cluster.wait_until_done(step) == "COMPLETED"
+
+        code, lines = maintain(cluster, "gpu-[001-002]", what="--update")
+        assert code == 0 and "gpu-001: nothing newer to install: left in service" in lines, lines
+    finally:
+        for node in NODES:
+            cluster.on(node, "apt-mark unhold munge libmunge2", check=False)
+        slurm_standin.withdraw(cluster, hosts)

@@ -54,7 +54,7 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
     before slurmctld, slurmctld before any slurmd; the database and StateSaveLocation are
     backed up (root's only); alice's two-node job, running throughout, starts a step on both
     nodes after their slurmd restarted and completes; a second run changes nothing."""
-    before = {h: slurm_standin.slurm_packages(cluster, h) for h in HOSTS}
+    before = {h: slurm_standin.installed_of(cluster, h) for h in HOSTS}
     standin = slurm_standin.publish(cluster, HOSTS)
     job = cluster.submit("alice", "--nodes=2 --nodelist=gpu-[001-002] --time=10 --wrap="
                          + quoted(f"srun hostname; until [ -e {GO} ]; do sleep 1; "
@@ -68,7 +68,7 @@ def test_upgrade_slurm_goes_in_order_backs_up_and_keeps_the_running_job(cluster)
     assert any("this run upgrades them, slurmdbd's host first" in n for n in result.notes), \
         result.notes
 
-    after = {h: slurm_standin.slurm_packages(cluster, h) for h in HOSTS}
+    after = {h: slurm_standin.installed_of(cluster, h) for h in HOSTS}
     assert after == {h: dict.fromkeys(before[h], standin) for h in HOSTS}
     dbd, ctld = started(cluster, "ctl", "slurmdbd"), started(cluster, "ctl", "slurmctld")
     slurmd = [started(cluster, n, "slurmd") for n in ("gpu-001", "gpu-002")]
