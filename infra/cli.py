@@ -462,8 +462,9 @@ def _add_maintain(sub: _Commands) -> None:
     main.add_argument("--update", action="store_true",
                       help="install the newer builds of their held, munge and Slurm packages "
                       "first")
-    main.add_argument("--batch", type=int, default=1, metavar="N",
-                      help="nodes out of service at once (default 1)")
+    main.add_argument("--batch", default="1", metavar="N|P%",
+                      help="nodes out of service at once, or a share of the nodes given "
+                      "(25%%: a quarter of them, at least 1; default 1)")
     main.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
                       help="how long a node may wait for its running jobs once its reboot is "
                       "asked for; past it the reboot is called off and the node returns to "

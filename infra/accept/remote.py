@@ -62,6 +62,12 @@ class Remote:
                               f"{(proc.stderr or proc.stdout).strip()[-600:]}")
         return proc
 
+    def start(self, command: str) -> subprocess.Popen[str]:
+        """``command`` left running (its stdin, stdout and stderr pipes the caller's): it
+        ends when the caller closes its stdin, or dies with this process's connection."""
+        return subprocess.Popen([*self._argv, command], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def close(self) -> None:
         subprocess.run([*self._argv[:-2], "-O", "exit", self._argv[-2]], capture_output=True,
                        check=False, timeout=20)

@@ -1,4 +1,5 @@
-"""``metalslurm maintain --reboot``: rolling reboots of compute nodes without killing a job.
+"""``metalslurm maintain --reboot`` / ``--update``: rolling reboots and package updates of
+compute nodes without killing a job (``--update``'s packages: :mod:`infra.ops.node_update`).
 
 Each node is rebooted by Slurm itself (``scontrol reboot ASAP nextstate=DOWN``): it takes
 no new job, its running jobs end as they would, slurmd runs the RebootProgram
@@ -18,14 +19,23 @@ takes each one up where it was.
 With ``max_wait`` a node whose jobs still run that long after its reboot was asked for is
 not rebooted: its request is called off (``scontrol cancel_reboot``), its drain lifted, and
 the report names the jobs; the node goes on running them as if nothing had happened.
+
+With ``update`` each node is drained by this command (its reason, with the time), waits
+for its jobs, gets its packages, and then its reboot as above or munge and slurmd restarted
+and the same way back. One run at a time holds the cluster's lock (:func:`controller_lock`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import os
 import re
 import shlex
+import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -614,13 +624,20 @@ class Maintain:
 # ---- the command -------------------------------------------------------------------------
 
 
-def checked_batch(value: int) -> int:
+_BATCH_RE = re.compile(r"^([0-9]+)(%?)$")
+
+
+def checked_batch(value: str | int, nodes: int = 1) -> int:
+    """``--batch``: a number of nodes (1 or more), or a share of the ``nodes`` given
+    (``25%``: a quarter of them, rounded down, at least 1)."""
     from infra.stack.inputs import InputError
 
-    if value < 1:
-        raise InputError("--batch", "must be 1 or more: the number of nodes out of service "
-                         "at once", str(value))
-    return value
+    match = _BATCH_RE.match(str(value).strip())
+    number = int(match[1]) if match else 0
+    if not match or number < 1 or (match[2] and number > 100):
+        raise InputError("--batch", "give the number of nodes out of service at once (1 or "
+                         "more), or a share of the nodes given (1% to 100%)", str(value))
+    return max(1, nodes * number // 100) if match[2] else number
 
 
 def checked_max_wait(value: float | None) -> float | None:
@@ -636,7 +653,47 @@ def checked_max_wait(value: float | None) -> float | None:
                         "a node's running jobs before its reboot is called off")
 
 
-def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
+# One run at a time on a cluster: a lock on the controller (root's /run, not a directory
+# users can write), held by a process the run keeps open over SSH; it goes with the run's
+# connection, however the run ends. Its holder is written beside it.
+LOCK = "/run/metalslurm-maintain.lock"
+LOCK_BUSY = 75
+
+
+@contextlib.contextmanager
+def controller_lock(controller: Any, who: str, lock: str = LOCK) -> Iterator[None]:
+    """Hold the cluster's maintain lock for the block; MaintainError naming the holder when
+    another run has it."""
+    holder = shlex.quote(f"{lock}.who")
+    proc = controller.start(
+        f"exec flock --nonblock --conflict-exit-code {LOCK_BUSY} {shlex.quote(lock)} sh -c "
+        f"'printf \"%s\\n\" \"$1\" > {holder} && echo held && exec cat >/dev/null' sh "
+        + shlex.quote(who))
+    try:
+        said = proc.stdout.readline().strip() if proc.stdout else ""
+        if said != "held":
+            code = proc.wait(timeout=60)
+            if code == LOCK_BUSY:
+                held_by = controller.run(f"cat {holder}", check=False).stdout.strip()
+                raise MaintainError(f"another 'metalslurm maintain' run holds the cluster's "
+                                    f"lock ({held_by or 'its holder unknown'}; {lock} on the "
+                                    "controller): wait for it to end, then run this again")
+            error = (proc.stderr.read() if proc.stderr else "").strip()[-300:]
+            raise MaintainError(f"could not take the maintain lock on the controller (exit "
+                                f"status {code}: {error or 'no message'})")
+        yield
+    finally:
+        if proc.stdin:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: str | int,
                  log: Callable[[str], None], max_wait: float | None = None,
                  update: bool = False) -> int:
     """Reboot (``reboot``) and/or update (``update``) the inventory's compute nodes
@@ -671,8 +728,8 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
                          nodes)
     elastic = [n for n in compute
                if (hosts.get(n) or {}).get("metalslurm_node_state") == "cloud"]
-    settings = settings_from_inventory(all_vars, batch, elastic, max_wait, reboot=reboot,
-                                       update=update)
+    settings = settings_from_inventory(all_vars, checked_batch(batch, len(requested)), elastic,
+                                       max_wait, reboot=reboot, update=update)
     controller_name = hosts_in_group(inventory, "slurm_controller")[0]
 
     def host_vars(name: str) -> dict[str, Any]:
@@ -686,8 +743,11 @@ def run_maintain(inventory: Any, *, nodes: str, reboot: bool, batch: int,
             shells[name] = Remote(name, host_vars(name))
         return shells[name]
 
+    who = (f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}, started "
+           f"{datetime.now().astimezone():%Y-%m-%d %H:%M:%S %Z}, nodes {nodes}")
     try:
-        result = Maintain(controller, node_shell, settings, log=log).run(requested)
+        with controller_lock(controller, who):
+            result = Maintain(controller, node_shell, settings, log=log).run(requested)
     finally:
         for shell in [controller, *shells.values()]:
             shell.close()

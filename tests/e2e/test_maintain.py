@@ -160,6 +160,34 @@ def test_bad_input_changes_nothing(cluster):
     assert [node_view(cluster, n) for n in NODES] == [("idle", "none")] * 2
 
 
+def test_a_second_run_at_once_is_refused_naming_the_first(cluster):
+    """The cluster's lock (flock on the controller, held over SSH for a run's length): while
+    another holds it, a run is refused before anything changes, naming the holder; once the
+    holder's connection ends, the lock is free."""
+    holder = subprocess.Popen(
+        ["podman", "exec", "-i", f"{cluster.name}-ctl", "flock", "--nonblock", maintain_lock(),
+         "sh", "-c", f"echo 'carol@ops pid 7' > {maintain_lock()}.who && echo held && exec cat"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, lines = maintain(cluster, "gpu-002")
+        assert code == 1 and lines == [
+            "error: another 'metalslurm maintain' run holds the cluster's lock (carol@ops pid 7; "
+            f"{maintain_lock()} on the controller): wait for it to end, then run this again"]
+        assert node_view(cluster, "gpu-002") == ("idle", "none")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    code, lines = maintain(cluster, "gpu-002", "--max-wait", "0", what="--update")
+    assert code == 0 and "gpu-002: nothing newer to install: left in service" in lines, lines
+
+
+def maintain_lock() -> str:
+    from infra.ops.maintain import LOCK
+
+    return LOCK
+
+
 def started_at(cluster, node: str, unit: str) -> int:
     """When ``unit`` last started on ``node`` (seconds since the epoch, the host's clock)."""
     return int(cluster.on(node, f"date -d \"$(systemctl show -p ActiveEnterTimestamp --value "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -495,6 +496,8 @@ def write_inventory(tmp_path: Path, **all_vars: object) -> Path:
 
 @pytest.mark.parametrize("argv, message", [
     (["--nodes", "gpu-001", "--reboot", "--batch", "0"], "--batch"),
+    (["--nodes", "gpu-001", "--reboot", "--batch", "101%"],
+     "--batch 101%: give the number of nodes out of service at once"),
     (["--nodes", "gpu-001"], "--reboot"),
     (["--nodes", "gpu-[001", "--reboot"], "--nodes"),
     (["--nodes", "gpu-002", "--reboot"], "--nodes gpu-002: names gpu-002, not compute nodes"),
@@ -540,3 +543,72 @@ def test_a_max_wait_that_is_no_number_is_one_line_and_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err == ("error: metalslurm maintain: argument --max-wait: "
                                        "invalid float value: '1h' (see 'metalslurm maintain "
                                        "--help')\n")
+
+
+# ---- one run at a time ---------------------------------------------------------------
+
+
+class LocalShell:
+    """The controller's shell as this machine's bash (for the lock, which is flock's)."""
+
+    def start(self, command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, command: str, check: bool = True, timeout: float = 120,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                              check=check, timeout=timeout, input=stdin)
+
+
+def test_a_second_run_is_refused_naming_the_first_and_runs_once_it_has_ended(tmp_path):
+    lock = str(tmp_path / "maintain.lock")
+    shell = LocalShell()
+    with m.controller_lock(shell, "alice@ops pid 1, nodes gpu-001", lock):
+        with (pytest.raises(m.MaintainError) as refused,
+              m.controller_lock(shell, "bob@ops pid 2, nodes gpu-002", lock)):
+            raise AssertionError("the second run got the lock")
+        assert str(refused.value) == (
+            "another 'metalslurm maintain' run holds the cluster's lock (alice@ops pid 1, nodes "
+            f"gpu-001; {lock} on the controller): wait for it to end, then run this again")
+    with m.controller_lock(shell, "bob@ops pid 2, nodes gpu-002", lock):
+        assert (tmp_path / "maintain.lock.who").read_text() == "bob@ops pid 2, nodes gpu-002\n"
+
+
+def test_the_lock_goes_with_a_run_that_dies(tmp_path):
+    """The lock is flock's on a process the run keeps over SSH: however the run ends, its
+    end of the connection closes (here: the pipe, as when the run is killed), the process
+    reads the end of its input and ends, and the lock with it."""
+    lock = str(tmp_path / "maintain.lock")
+    shell = LocalShell()
+    holder = shell.start(f"exec flock --nonblock {lock} sh -c 'echo held && exec cat'")
+    assert holder.stdout.readline().strip() == "held"
+    with (pytest.raises(m.MaintainError, match="holds the cluster's lock"),
+          m.controller_lock(shell, "bob", lock)):
+        pass
+    holder.stdin.close()
+    holder.wait(timeout=10)
+    with m.controller_lock(shell, "bob", lock):
+        pass
+
+
+def test_a_lock_that_cannot_be_taken_says_why(tmp_path):
+    with (pytest.raises(m.MaintainError, match=r"could not take the maintain lock on the "
+                        r"controller \(exit status \d+: flock: .*No such file or directory\)"),
+          m.controller_lock(LocalShell(), "bob", str(tmp_path / "no" / "such" / "lock"))):
+        pass
+
+
+@pytest.mark.parametrize("value, nodes, batch", [
+    ("1", 4, 1), ("3", 4, 3), ("50%", 4, 2), ("25%", 16, 4), ("10%", 4, 1), ("100%", 7, 7),
+    (2, 4, 2)])
+def test_batch_is_a_number_or_a_share_of_the_nodes_given(value, nodes, batch):
+    assert m.checked_batch(value, nodes) == batch
+
+
+@pytest.mark.parametrize("value", ["0", "0%", "101%", "-1", "x", "1.5", "%", ""])
+def test_a_bad_batch_is_refused(value):
+    from infra.stack.inputs import InputError
+
+    with pytest.raises(InputError, match="--batch"):
+        m.checked_batch(value, 4)
