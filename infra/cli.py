@@ -450,8 +450,9 @@ def _add_maintain(sub: _Commands) -> None:
         "(with the acceptance gate on: drained into the gate). At most --batch nodes out at "
         "once, idle nodes first. Stopped half-way, a run again with the same nodes goes on "
         "where each node was. With --update each node is drained, its running jobs end, and "
-        "the newer builds its apt sources offer of its held packages and of munge's and "
-        "Slurm's are installed (checked on every node before any is drained); then its "
+        "the newer builds its apt sources offer of the packages kept from "
+        "unattended-upgrades (Slurm, munge, PMIx, Enroot, NVIDIA), of its held ones and of "
+        "munge's and Slurm's are installed (checked on every node before any is drained); then its "
         "reboot, or munge and slurmd restarted, the health check and the return. Exit 1 when "
         "a node failed or was not rebooted or updated (--max-wait).")
     main.add_argument("-i", "--inventory", type=Path,
@@ -460,8 +461,8 @@ def _add_maintain(sub: _Commands) -> None:
                       help="a hostlist of compute nodes (gpu-[001-004])")
     main.add_argument("--reboot", action="store_true", help="reboot them")
     main.add_argument("--update", action="store_true",
-                      help="install the newer builds of their held, munge and Slurm packages "
-                      "first")
+                      help="install the newer builds of the packages kept from "
+                      "unattended-upgrades and of held ones first")
     main.add_argument("--batch", default="1", metavar="N|P%",
                       help="nodes out of service at once, or a share of the nodes given "
                       "(25%%: a quarter of them, at least 1; default 1)")

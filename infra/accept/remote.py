@@ -47,13 +47,22 @@ class Remote:
                 "-o", "ControlMaster=auto", "-o", f"ControlPath={self._control.name}/%C",
                 "-o", "ControlPersist=120", *ssh_options(host_vars)]
         self._argv = argv + [f"{user}@{address}" if user else address, "--"]
+        # As Ansible becomes root there: a login user other than root with ansible_become
+        # runs each command through sudo, without a password (-n: a prompt would hang).
+        become = host_vars.get("ansible_become")
+        self._sudo = ((become is True or str(become).lower() in ("true", "yes", "1", "on"))
+                      and str(user or "root") != "root"
+                      and str(host_vars.get("ansible_become_user") or "root") == "root")
+
+    def _remote(self, command: str) -> str:
+        return f"sudo -n -H -- sh -c {shlex.quote(command)}" if self._sudo else command
 
     def run(self, command: str, check: bool = True, timeout: float = 120,
             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """``command`` in the controller's login shell (as root or with sudo, as configured)."""
+        """``command`` in the host's login shell, as root (or through sudo: ansible_become)."""
         try:
-            proc = subprocess.run([*self._argv, command], capture_output=True, text=True,
-                                  timeout=timeout, check=False, input=stdin)
+            proc = subprocess.run([*self._argv, self._remote(command)], capture_output=True,
+                                  text=True, timeout=timeout, check=False, input=stdin)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"on {self.host}: {command[:120]!r} did not end in {timeout:.0f} s"
                               ) from None
@@ -65,7 +74,7 @@ class Remote:
     def start(self, command: str) -> subprocess.Popen[str]:
         """``command`` left running (its stdin, stdout and stderr pipes the caller's): it
         ends when the caller closes its stdin, or dies with this process's connection."""
-        return subprocess.Popen([*self._argv, command], stdin=subprocess.PIPE,
+        return subprocess.Popen([*self._argv, self._remote(command)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def close(self) -> None:

@@ -1,9 +1,12 @@
 """What ``metalslurm maintain --update`` installs on a compute node, and how.
 
-The packages are the node's held ones (the NVIDIA role holds the driver's and DCGM's; an
-operator's ``apt-mark hold`` counts too) and munge's and Slurm's: each whose candidate in the
-node's apt sources, read again (``apt-get update``), is a newer build than the installed one
-(``dpkg --compare-versions``). The apt sources decide the target, as for a configure: the
+The packages are those a plain upgrade must not touch under running jobs: the ones the
+roles keep from unattended-upgrades (``common_unattended_upgrades_held``: Slurm, munge, PMIx,
+Enroot, the NVIDIA stack), read from the node's own apt configuration; the node's held
+ones (the NVIDIA role holds the driver's and DCGM's; an operator's ``apt-mark hold`` counts
+too); and every package of munge's and Slurm's source. Each is installed whose candidate in
+the node's apt sources, read again (``apt-get update``), is a newer build than the installed
+one (``dpkg --compare-versions``). The apt sources decide the target, as for a configure: the
 NVIDIA role pins the driver to its branch or exact version there, so the driver moves only
 within what the inventory asks for. Nothing else on the node is upgraded.
 
@@ -30,22 +33,28 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 controller=${1:-}
 apt-get -qq -o Acquire::Retries=3 update >/dev/null
+# The patterns unattended-upgrades leaves alone (Python regular expressions matched at the
+# start of a name; the roles' common_unattended_upgrades_held), as awk's, one a line.
+kept=$(apt-config dump Unattended-Upgrade::Package-Blacklist |
+       sed -n 's/^Unattended-Upgrade::Package-Blacklist:: "\(.*\)";$/\1/p' |
+       sed 's/^[^^]/^&/')
 dpkg-query --show --showformat='${db:Status-Abbrev}|${Package}|${source:Package}|${Version}\n' |
+awk -F'|' -v kept="$kept" '
+    BEGIN { n = split(kept, pattern, "\n") }
+    $1 !~ /^[ih]i/ { next }
+    $1 ~ /^hi/ || $3 == "munge" || $3 == "slurm-wlm" { print; next }
+    { for (i = 1; i <= n; i++) if (pattern[i] != "" && $2 ~ pattern[i]) { print; next } }' |
 while IFS='|' read -r status package source version; do
-    case $status in
-        hi*) held=yes ;;
-        ii*) case $source in munge|slurm-wlm) held=no ;; *) continue ;; esac ;;
-        *) continue ;;
-    esac
+    case $status in hi*) held=yes ;; *) held=no ;; esac
     candidate=$(apt-cache policy "$package" | sed -n 's/^  Candidate: //p')
     case $candidate in ''|'(none)') continue ;; esac
     dpkg --compare-versions "$candidate" gt "$version" || continue
     past=no
-    if [ "${source%% *}" = slurm-wlm ] && [ -n "$controller" ] &&
+    if [ "$source" = slurm-wlm ] && [ -n "$controller" ] &&
         dpkg --compare-versions "$candidate" gt "$controller"; then
         past=yes
     fi
-    printf 'newer|%s|%s|%s|%s|%s|%s\n' "$package" "${source%% *}" "$version" "$candidate" \
+    printf 'newer|%s|%s|%s|%s|%s|%s\n' "$package" "$source" "$version" "$candidate" \
         "$held" "$past"
 done
 """
@@ -79,11 +88,11 @@ systemctl restart slurmd.service
 CONTROLLER_SLURM = "dpkg-query --show --showformat='${Version}' slurmctld"
 
 # Packages that take effect only at boot: the kernel, and the NVIDIA driver's kernel
-# modules with the user-space libraries that must match them (Debian's and Ubuntu's
-# names, every branch). DCGM, the container toolkit and libnvidia-container do not.
-_REBOOT_RE = re.compile(r"^(linux-image-|nvidia-(driver|kernel|dkms|utils|compute-utils|"
-                        r"persistenced|fabricmanager|modprobe)|libnvidia-(compute|nscq)|"
-                        r"cuda-drivers)|-dkms(-|$)")
+# modules, firmware and the user-space libraries and tools that must match them (Debian's
+# and Ubuntu's names, every branch). DCGM, NCCL, the container toolkit and
+# libnvidia-container do not.
+_REBOOT_RE = re.compile(r"^(linux-image-|firmware-nvidia|cuda-drivers|libcuda|"
+                        r"nvidia-(?!container)|libnvidia-(?!container))|-dkms(-|$)")
 _DCGM_EXPORTER = "datacenter-gpu-manager-exporter"
 
 

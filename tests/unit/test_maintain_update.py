@@ -300,20 +300,29 @@ def test_packages_that_load_at_boot_need_a_reboot(package, reboot):
     assert u.Newer(package, "", "1", "2", False, False).needs_reboot is reboot
 
 
-def test_the_plan_script_reads_held_munge_and_slurm_packages_against_fake_apt(tmp_path):
-    """The node's plan script with stand-ins for apt-get, dpkg-query and apt-cache and the
-    real dpkg --compare-versions: held packages and munge's and Slurm's, newer only."""
+def test_the_plan_script_reads_the_packages_kept_from_upgrades_against_fake_apt(tmp_path):
+    """The node's plan script with stand-ins for apt-get, apt-config, dpkg-query and
+    apt-cache and the real dpkg --compare-versions: held packages, munge's and Slurm's, and
+    those unattended-upgrades leaves alone, newer only."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apt-get").write_text("#!/bin/sh\nexit 0\n")
+    # The roles' unattended-upgrades patterns as apt-config prints them; 'xnvidia' has no
+    # caret, and is matched at the start of a name all the same, as unattended-upgrades does.
+    (bin_dir / "apt-config").write_text(
+        "#!/bin/sh\nprintf '%s\\n' 'Unattended-Upgrade::Package-Blacklist \"\";' "
+        "'Unattended-Upgrade::Package-Blacklist:: \"^libpmix\";' "
+        "'Unattended-Upgrade::Package-Blacklist:: \"xnvidia\";'\n")
     (bin_dir / "dpkg-query").write_text(
         "#!/bin/sh\nprintf '%s\\n' 'ii |munge|munge|0.5.16-1' 'ii |libmunge2|munge|0.5.16-1' "
         "'hi |nvidia-driver-cuda|nvidia-graphics-drivers|580.95-1' "
         "'ii |slurmd|slurm-wlm|24.11.5-4' 'ii |bash|bash|5.2-1' "
+        "'ii |libpmix2t64|pmix|5.0.7-1' 'ii |axnvidia|y|1' 'ii |xnvidia-smi|y|1' "
         "'rc |gone|gone|1' 'hi |held-same|x|1.0'\n")
     (bin_dir / "apt-cache").write_text(
         "#!/bin/sh\ncase $2 in munge) c=0.5.16-1+s1;; libmunge2) c=0.5.16-1;; "
         "nvidia-driver-cuda) c=580.105-1;; slurmd) c=26.05.5-1;; bash) c=5.3-1;; "
+        "libpmix2t64) c=5.0.7-2;; axnvidia|xnvidia-smi) c=2;; "
         "*) c='(none)';; esac\nprintf 'x:\\n  Installed: 1\\n  Candidate: %s\\n' \"$c\"\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
@@ -323,7 +332,9 @@ def test_the_plan_script_reads_held_munge_and_slurm_packages_against_fake_apt(tm
     assert proc.stdout.splitlines() == [
         "newer|munge|munge|0.5.16-1|0.5.16-1+s1|no|no",
         "newer|nvidia-driver-cuda|nvidia-graphics-drivers|580.95-1|580.105-1|yes|no",
-        "newer|slurmd|slurm-wlm|24.11.5-4|26.05.5-1|no|yes"]
+        "newer|slurmd|slurm-wlm|24.11.5-4|26.05.5-1|no|yes",
+        "newer|libpmix2t64|pmix|5.0.7-1|5.0.7-2|no|no",
+        "newer|xnvidia-smi|y|1|2|no|no"]
 
 
 def test_the_command_line_takes_update_without_reboot(tmp_path, monkeypatch):
