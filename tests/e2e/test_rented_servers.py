@@ -332,6 +332,29 @@ def test_a_second_run_changes_nothing(stack):
                      re.M), proc.stdout[-6000:]
 
 
+def test_maintain_reads_and_locks_as_the_sudo_user_through_the_bastion(stack):
+    """'metalslurm maintain --update' connects as the inventory's debian through the bastion
+    and becomes root with sudo, as Ansible does: the cluster's lock taken on the controller
+    (its holder file root's) and free again, each node's packages read (a script on stdin
+    through sudo); whatever the mirror offers is installed node by node, and both nodes end
+    idle."""
+    proc = metalslurm("maintain", "-i", str(STATE / "inventory.yml"), "--nodes",
+                      "gpu-[001-002]", "--update", timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for node in ("gpu-001", "gpu-002"):
+        assert re.search(rf"^{node}: (nothing newer to install|\S+ \S+ -> \S+)", out, re.M), out
+    assert re.search(r"^\d updated and returned, 0 failed, \d left alone; \d+ s", out, re.M), out
+    ctl = BY_NAME["ctl"]
+    who = rs.on(ctl, "stat -c %U /run/metalslurm-maintain.lock.who && "
+                     "cat /run/metalslurm-maintain.lock.who").stdout.splitlines()
+    assert who[0] == "root" and who[1].endswith(", nodes gpu-[001-002]"), who
+    assert rs.on(ctl, "flock --nonblock /run/metalslurm-maintain.lock true",
+                 check=False).returncode == 0
+    assert slurm("sinfo -h -N -p train -o '%N %t'").stdout.splitlines() == [
+        "gpu-001 idle", "gpu-002 idle"]
+
+
 GO = "/home/alice/e2e-go"  # on gpu-001, the batch host: the job ends once it exists
 
 
