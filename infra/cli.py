@@ -467,10 +467,10 @@ def _add_maintain(sub: _Commands) -> None:
                       help="nodes out of service at once, or a share of the nodes given "
                       "(25%%: a quarter of them, at least 1; default 1)")
     main.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
-                      help="how long a node may wait for its running jobs once its reboot is "
-                      "asked for; past it the reboot is called off and the node returns to "
-                      "service unrebooted (default: as long as they run; 0: busy nodes are "
-                      "left alone)")
+                      help="how long a node may wait for its running jobs once its reboot (or "
+                      "update) is asked for; past it the reboot (update) is called off and "
+                      "the node returns to service as it was (default: as long as they run; "
+                      "0: busy nodes are left alone)")
     main.set_defaults(func=cmd_maintain)
 
 

@@ -54,11 +54,12 @@ from infra.ops.node_update import (
     CONTROLLER_SLURM,
     PLAN_SCRIPT,
     RESTART_SCRIPT,
-    Newer,
+    Plan,
     install_words,
     parse_plan,
     pinned_packages,
     plan_problems,
+    without_pinned,
 )
 
 # The reason this command gives Slurm. Slurm appends its own steps to it (": reboot issued",
@@ -67,6 +68,9 @@ REASON_PREFIX = "metalslurm-maintain:"
 _REQUESTED_RE = re.compile(re.escape(REASON_PREFIX) + r" reboot requested at (\d+)")
 # --update drains a node with this reason (and its time) until its packages are installed.
 _UPDATE_RE = re.compile(re.escape(REASON_PREFIX) + r" update requested at (\d+)")
+# --update --reboot: the reboot's reason says the packages are in (an earlier run's reboot
+# taken up without it was a --reboot run's: this run does not update that node).
+AFTER_UPDATE = " after its update"
 POLL_SECONDS = 2.0
 # A failed read is tried again this many times, POLL_SECONDS apart: two minutes, about a
 # slurmctld restart or a backup controller's takeover (SlurmctldTimeout 120 s).
@@ -182,6 +186,7 @@ class Progress:
     ok: bool = False
     called_off: bool = False  # its jobs ran past max_wait: not rebooted, back in service
     updating: bool = False  # --update: drained, its packages not yet installed
+    updated: bool = False  # --update: its packages installed by this run
     said: str = ""  # the last phase reported
 
 
@@ -292,7 +297,7 @@ class Maintain:
                     # Nodes an earlier run asked for first (out of service already), then
                     # idle ones, so that one busy node does not hold back the others; the
                     # given order within each kind (sort is stable).
-                    queue.sort(key=lambda n: (not views[n].taken_up, views[n].busy))
+                    queue.sort(key=lambda n: (not self.under_way(views[n]), views[n].busy))
                     name = queue.pop(0)
                     why = self.left_alone(views[name])
                     if why:
@@ -328,24 +333,35 @@ class Maintain:
                                     or "").strip()
         problems, going_on = [], set()
         for name in nodes:
+            if views[name].taken_up:  # rebooting for an earlier run: looked at next time
+                going_on.add(name)
+                continue
             try:
                 plan = self.plan(name)
             except MaintainError as exc:
                 problems.append(str(exc))
                 continue
             problems += plan_problems(name, plan, reboot=self.settings.reboot,
-                                      controller_slurm=self.controller_slurm,
-                                      pins=self.settings.pins)
-            if plan or self.settings.reboot or views[name].update_requested_at is not None:
+                                      controller_slurm=self.controller_slurm)
+            if plan.work or self.settings.reboot or views[name].update_requested_at is not None:
                 going_on.add(name)
-            self.log(f"{name}: " + ("; ".join(n.describe() for n in plan) if plan
-                                    else "nothing newer to install"))
+            self.say_plan(name, plan)
         if problems:
-            raise MaintainError("refused before any node was drained: " + "; ".join(problems))
+            raise MaintainError("refused, and nothing changed by this run: "
+                                + "; ".join(problems))
         return going_on
 
-    def plan(self, name: str) -> list[Newer]:
-        """What ``name``'s apt sources offer newer builds of (its lists read again)."""
+    def say_plan(self, name: str, plan: Plan) -> None:
+        for kept in plan.kept:
+            self.log(f"{name}: {kept}")
+        if plan.broken:
+            self.log(f"{name}: dpkg reports a half-done install, finished first: {plan.broken}")
+        self.log(f"{name}: " + ("; ".join(n.describe() for n in plan.newer) if plan.newer
+                                else "nothing newer to install"))
+
+    def plan(self, name: str) -> Plan:
+        """What ``name``'s apt sources offer newer builds of (its lists read again), less
+        the packages the inventory pins."""
         try:
             proc = self.node_shell(name).run(f"bash -s -- {shlex.quote(self.controller_slurm)}",
                                              check=False, timeout=600, stdin=PLAN_SCRIPT)
@@ -355,11 +371,15 @@ class Maintain:
             said = (proc.stderr or proc.stdout or "").strip()[-300:]
             raise MaintainError(f"{name}: could not read what to update (exit status "
                                 f"{proc.returncode}: {said})")
-        return parse_plan(proc.stdout or "")
+        return without_pinned(parse_plan(proc.stdout or ""), self.settings.pins)
+
+    def under_way(self, view: NodeView) -> bool:
+        """Out of service for an earlier run of this command (its reboot, or its update)."""
+        return view.taken_up or (self.settings.update and view.update_requested_at is not None)
 
     def left_alone(self, view: NodeView) -> str:
         """Why a node is not rebooted (updated), or ""."""
-        if view.taken_up or (self.settings.update and view.update_requested_at is not None):
+        if self.under_way(view):
             return ""
         if view.name in self.settings.elastic or "CLOUD" in view.states:
             return ("an elastic node (each resume boots it anew; 'scontrol power_down' it "
@@ -381,7 +401,9 @@ class Maintain:
         waits = " (it waits for its jobs to end; it takes no new one)" if view.busy else ""
         if view.taken_up:
             self.log(f"{view.name}: its reboot was asked for by an earlier run "
-                     f"({view.describe().lower()}): taken up")
+                     f"({view.describe().lower()}): taken up" + (
+                         "; that run did not update it: run --update again after this one"
+                         if self.settings.update and AFTER_UPDATE not in view.reason else ""))
             progress = Progress(view.name, int(view.requested_at or 0))
         elif self.settings.update and view.update_requested_at is not None:
             self.log(f"{view.name}: drained for its update by an earlier run "
@@ -406,9 +428,9 @@ class Maintain:
                   ).strip()
         return int(out) if out.isdigit() else int(self.clock())
 
-    def ask_reboot(self, name: str) -> int:
+    def ask_reboot(self, name: str, after: str = "") -> int:
         return self.on_controller(f'scontrol reboot ASAP nextstate=DOWN reason="{REASON_PREFIX}'
-                                  f' reboot requested at $now" {shlex.quote(name)}')
+                                  f' reboot requested at $now{after}" {shlex.quote(name)}')
 
     def say(self, progress: Progress, phase: str) -> None:
         if progress.said != phase:
@@ -489,11 +511,14 @@ class Maintain:
         except MaintainError as exc:
             return self.fail(progress, f"not updated: {exc}; it stays drained (this command's "
                              "reason): fix that and run the same command again")
-        self.log(f"{name}: " + ("installed " + "; ".join(n.describe() for n in installed)
-                                if installed else "nothing newer to install"))
-        progress.updating = False
+        self.log(f"{name}: " + ("installed " + "; ".join(n.describe() for n in installed.newer)
+                                if installed.newer else "nothing newer to install")
+                 + ("; dpkg's half-done install finished" if installed.broken else ""))
+        progress.updating, progress.updated = False, True
+        if not self.still_drained_for_update(progress):
+            return True
         if self.settings.reboot:
-            progress.requested = self.ask_reboot(name)
+            progress.requested = self.ask_reboot(name, AFTER_UPDATE)
             self.say(progress, "reboot requested")
             return False
         try:
@@ -504,14 +529,27 @@ class Maintain:
         self.say(progress, "munge and slurmd restarted on the new build")
         return self.return_to_service(progress, view)
 
-    def update(self, name: str) -> list[Newer]:
+    def still_drained_for_update(self, progress: Progress) -> bool:
+        """Whether the node still has this command's drain (read now: someone may have
+        drained or resumed it meanwhile, and theirs is kept); False once reported."""
+        now = self.read([progress.node]).get(progress.node)
+        if now is not None and now.update_requested_at is not None:
+            return True
+        self.fail(progress, "drained, resumed or removed by someone else while it was updated ("
+                  + (f"{now.describe()}, {now.reason or 'no reason'}" if now else "gone")
+                  + "); its packages are installed, the node is left as it is")
+        return False
+
+    def update(self, name: str) -> Plan:
         """Install what ``name``'s sources offer now, checked again as before the run."""
         plan = self.plan(name)
         problems = plan_problems(name, plan, reboot=self.settings.reboot,
-                                 controller_slurm=self.controller_slurm, pins=self.settings.pins)
+                                 controller_slurm=self.controller_slurm)
         if problems:
             raise MaintainError("; ".join(problems))
-        if plan:
+        for kept in plan.kept:
+            self.log(f"{name}: {kept}")
+        if plan.work:
             words = " ".join(shlex.quote(w) for w in install_words(plan))
             try:
                 proc = self.node_shell(name).run(f"bash -s -- {words}", check=False,
@@ -527,6 +565,8 @@ class Maintain:
         """The node's jobs ran past max_wait: its drain lifted, not updated."""
         name = progress.node
         jobs = self.jobs_on(name)
+        if not self.still_drained_for_update(progress):
+            return True
         self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
         progress.called_off = True
         progress.outcome = (f"NOT updated: {jobs or 'its jobs'} still ran after --max-wait "
@@ -575,15 +615,23 @@ class Maintain:
         """Health check, then the gate or service; True when done with the node (a resumed
         one is done once slurmctld reaches it)."""
         name = progress.node
+        rebooted = not (progress.updated and not self.settings.reboot)
         failing = self.health_problem(name)
         if failing:
-            progress.outcome = f"failed its health check after the reboot: {failing}"
+            progress.outcome = (f"failed its health check after the "
+                                f"{'reboot' if rebooted else 'update'}: {failing}")
             self.log(f"{name}: FAILED: {progress.outcome}")
             return True
         if self.settings.health_program is not None:
             self.log(f"{name}: health check passed")
+        if not rebooted:
+            # The check took a while: the node must still have this command's drain.
+            if not self.still_drained_for_update(progress):
+                return True
+            view = self.read([name]).get(name) or view
         if self.settings.gate:
-            reason = f"{ACCEPT_REASON_PREFIX} rebooted by metalslurm maintain"
+            reason = (f"{ACCEPT_REASON_PREFIX} {'rebooted' if rebooted else 'updated'} by "
+                      "metalslurm maintain")
             # DOWN and drained: the gate resumes it into its reservation for its tests.
             self.scontrol(f"update nodename={shlex.quote(name)} state=drain "
                           f"reason={shlex.quote(reason)}")
@@ -608,7 +656,7 @@ class Maintain:
             proc = self.node_shell(name).run(shlex.quote(program), check=False, timeout=300)
         except RuntimeError as exc:
             return (f"the health checker could not be run over SSH ({exc}); the node stays "
-                    "DOWN: run it by hand, then resume the node")
+                    "out of service: run it by hand, then resume the node")
         if proc.returncode == 0:
             return ""
         said = [line for line in (proc.stdout or "").splitlines()
@@ -617,8 +665,8 @@ class Maintain:
             reason = said[-1].split(": ", 2)[-1]
             return f"drained by the checker ({reason}); it returns the node once it passes"
         return (f"{program} ended with exit status {proc.returncode} "
-                f"({(proc.stderr or proc.stdout or '').strip()[-200:]}); the node stays DOWN: "
-                "run it by hand, then resume the node")
+                f"({(proc.stderr or proc.stdout or '').strip()[-200:]}); the node stays out of "
+                "service: run it by hand, then resume the node")
 
 
 # ---- the command -------------------------------------------------------------------------

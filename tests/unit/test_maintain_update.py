@@ -17,7 +17,7 @@ import pytest
 from infra import cli
 from infra.ops import maintain as m
 from infra.ops import node_update as u
-from tests.unit.test_maintain import FakeNode, FakeSlurm, changes, write_inventory
+from tests.unit.maintain_standins import FakeNode, FakeSlurm, changes, write_inventory
 
 DRAIN_RE = re.compile(r'^now=\$\(date \+%s\) && scontrol update nodename=(\S+) state=drain '
                       r'reason="metalslurm-maintain: update requested at \$now" '
@@ -56,6 +56,8 @@ class Nodes:
     plans: dict[str, str]
     ran: list[tuple[str, str]] = field(default_factory=list)
     apply_fails: set[str] = field(default_factory=set)
+    during: dict[str, object] = field(default_factory=dict)  # a step: what happens meanwhile
+    unreachable: set[str] = field(default_factory=set)  # ssh fails (rebooting)
 
     def __call__(self, name: str) -> Nodes:
         self.current = name
@@ -68,13 +70,17 @@ class Nodes:
         what = {u.PLAN_SCRIPT: "plan", u.APPLY_SCRIPT: "apply", u.RESTART_SCRIPT: "restart",
                 None: command}[stdin]
         self.ran.append((name, f"{what} {command}" if what == "apply" else what))
-        if what == "plan":
+        if what in self.during:
+            self.during.pop(what)(node)  # type: ignore[operator]
+        if what == "plan" and name not in self.unreachable:
             assert command == f"bash -s -- {shlex.quote(self.slurm.controller_slurm)}"
             return SimpleNamespace(returncode=0, stdout="Reading package lists...\n"
                                    + self.plans.get(name, ""), stderr="")
         # Nothing is installed or restarted on a node that runs jobs, or is not drained.
         if what in ("apply", "restart"):
             assert node.states & {"ALLOCATED", "MIXED"} == set() and "DRAIN" in node.states
+        if what == "plan" and name in self.unreachable:
+            return SimpleNamespace(returncode=255, stdout="", stderr="ssh: connect: refused")
         if what == "apply":
             if name in self.apply_fails:
                 return SimpleNamespace(returncode=100, stdout="", stderr=(
@@ -145,10 +151,17 @@ def test_a_node_with_nothing_newer_is_never_drained():
     ("newer|nvidia-kernel-open-dkms|nvidia-graphics-drivers|580.95.05-1|580.105.08-1|yes|no\n",
      {}, "gpu-001: nvidia-kernel-open-dkms 580.95.05-1 -> 580.105.08-1 takes effect only at "
      "boot: give --reboot as well"),
-    ("newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2.3-1|1:4.4.1-1|yes|no\n",
+    ("installed|datacenter-gpu-manager-4-cuda13|1:4.2.3-1\n"
+     "installed|datacenter-gpu-manager-exporter|1:4.1.1-4.0.4\n"
+     "newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2.3-1|1:4.4.1-1|yes|no\n", {},
+     "gpu-001: only DCGM would move, and DCGM and its exporter move together: have the apt "
+     "sources offer both, or pin both"),
+    ("installed|datacenter-gpu-manager-4-cuda13|1:4.2.3-1\n"
+     "installed|datacenter-gpu-manager-exporter|1:4.1.1-4.0.4\n"
+     "newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2.3-1|1:4.4.1-1|yes|no\n"
+     "newer|datacenter-gpu-manager-exporter|dcgm-exporter|1:4.1.1-4.0.4|1:4.4.1-4.5.0|yes|no\n",
      {"datacenter-gpu-manager-4-": "metalslurm_gpu.dcgm_version"},
-     "gpu-001: datacenter-gpu-manager-4-cuda13 1:4.2.3-1 -> 1:4.4.1-1 would replace the "
-     "version metalslurm_gpu.dcgm_version pins"),
+     "gpu-001: only the DCGM exporter would move"),
 ])
 def test_what_cannot_be_installed_is_refused_for_every_node_before_any_is_drained(
         plan, pins, said):
@@ -158,7 +171,7 @@ def test_what_cannot_be_installed_is_refused_for_every_node_before_any_is_draine
     with pytest.raises(m.MaintainError) as refused:
         run.run(["gpu-001", "gpu-002"])
     message = str(refused.value)
-    assert message.startswith("refused before any node was drained: ") and said in message
+    assert message.startswith("refused, and nothing changed by this run: ") and said in message
     assert said.replace("gpu-001", "gpu-002") in message
     assert drains(slurm) == [] and [w for _n, w in nodes.ran] == ["plan", "plan"]
 
@@ -173,16 +186,34 @@ def test_slurm_packages_are_refused_where_the_controllers_build_cannot_be_read()
         run.run(["gpu-001"])
 
 
-def test_the_exporters_pin_does_not_hold_dcgm_back_and_dcgms_does_not_hold_the_exporter():
+def test_packages_the_inventory_pins_are_kept_and_named_not_refused():
+    """A pinned DCGM is left where the pin has it (the next configure would put it back),
+    whatever the sources offer; the rest of the node's updates go ahead."""
     plan = u.parse_plan("newer|datacenter-gpu-manager-exporter|dcgm-exporter|4.1-1|4.2-1|yes|no\n"
-                        "newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2-1|1:4.4-1|yes|no\n")
-    exporter = {"datacenter-gpu-manager-exporter": "metalslurm_gpu.dcgm_exporter_version"}
-    dcgm = {"datacenter-gpu-manager-4-": "metalslurm_gpu.dcgm_version"}
-    for pins, held in ((exporter, "exporter"), (dcgm, "4-cuda13")):
-        problems = u.plan_problems("n", plan, reboot=False, controller_slurm="1", pins=pins)
-        assert len(problems) == 1 and held in problems[0]
-    assert u.pinned_packages({"metalslurm_gpu": {"dcgm_version": "1:4.2-1",
-                                                 "dcgm_exporter_version": ""}}) == dcgm
+                        "newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2-1|1:4.4-1|yes|no\n"
+                        + MUNGE)
+    pins = u.pinned_packages({"metalslurm_gpu": {"dcgm_version": "1:4.2-1",
+                                                 "dcgm_exporter_version": "4.1-1"}})
+    assert pins == {"datacenter-gpu-manager-4-": "metalslurm_gpu.dcgm_version",
+                    "datacenter-gpu-manager-exporter": "metalslurm_gpu.dcgm_exporter_version"}
+    kept = u.without_pinned(plan, pins)
+    assert [n.package for n in kept.newer] == ["munge", "libmunge2"]
+    assert kept.kept == (
+        "datacenter-gpu-manager-exporter kept at 4.1-1, which "
+        "metalslurm_gpu.dcgm_exporter_version pins (4.2-1 offered)",
+        "datacenter-gpu-manager-4-cuda13 kept at 1:4.2-1, which metalslurm_gpu.dcgm_version "
+        "pins (1:4.4-1 offered)")
+    assert u.plan_problems("n", kept, reboot=False, controller_slurm="1") == []
+    slurm = UpdateSlurm({"gpu-001": FakeNode({"IDLE"})})
+    nodes = Nodes(slurm, {"gpu-001": "installed|datacenter-gpu-manager-4-cuda13|1:4.2-1\n"
+                                     "newer|datacenter-gpu-manager-4-cuda13|dcgm|1:4.2-1|"
+                                     "1:4.4-1|yes|no\n"})
+    run, lines = updater(slurm, nodes, pins=pins)
+    assert run.run(["gpu-001"]).skipped == {
+        "gpu-001": "nothing newer to install: left in service"}
+    assert lines[:2] == ["gpu-001: datacenter-gpu-manager-4-cuda13 kept at 1:4.2-1, which "
+                         "metalslurm_gpu.dcgm_version pins (1:4.4-1 offered)",
+                         "gpu-001: nothing newer to install"]
 
 
 def test_with_reboot_the_packages_go_in_first_and_the_node_boots_onto_them():
@@ -282,9 +313,12 @@ def test_a_node_resumed_by_someone_else_while_it_waited_is_not_updated():
 
 
 def test_the_plans_lines_are_read_and_apts_chatter_ignored():
-    plan = u.parse_plan("W: some warning\n" + MUNGE
-                        + "newer|slurmd|slurm-wlm|24.11.5-4|24.11.5-4+s1|yes|no\n")
-    assert [(n.package, n.held, n.slurm, n.needs_reboot) for n in plan] == [
+    plan = u.parse_plan("W: some warning\n" + MUNGE + "installed|munge|0.5.16-1\n"
+                        + "newer|slurmd|slurm-wlm|24.11.5-4|24.11.5-4+s1|yes|no\n"
+                        + "broken|The following packages are only half configured: munge\n")
+    assert plan.installed == {"munge": "0.5.16-1"} and plan.work
+    assert plan.broken == "The following packages are only half configured: munge"
+    assert [(n.package, n.held, n.slurm, n.needs_reboot) for n in plan.newer] == [
         ("munge", False, False, False), ("libmunge2", False, False, False),
         ("slurmd", True, True, False)]
     assert u.install_words(plan)[0] == "munge=0.5.16-1+s1"
@@ -318,23 +352,31 @@ def test_the_plan_script_reads_the_packages_kept_from_upgrades_against_fake_apt(
         "'hi |nvidia-driver-cuda|nvidia-graphics-drivers|580.95-1' "
         "'ii |slurmd|slurm-wlm|24.11.5-4' 'ii |bash|bash|5.2-1' "
         "'ii |libpmix2t64|pmix|5.0.7-1' 'ii |axnvidia|y|1' 'ii |xnvidia-smi|y|1' "
+        "'hi |libfoo:amd64|foo|1' 'hi |libfoo:i386|foo|1' "
         "'rc |gone|gone|1' 'hi |held-same|x|1.0'\n")
     (bin_dir / "apt-cache").write_text(
         "#!/bin/sh\ncase $2 in munge) c=0.5.16-1+s1;; libmunge2) c=0.5.16-1;; "
         "nvidia-driver-cuda) c=580.105-1;; slurmd) c=26.05.5-1;; bash) c=5.3-1;; "
-        "libpmix2t64) c=5.0.7-2;; axnvidia|xnvidia-smi) c=2;; "
+        "libpmix2t64) c=5.0.7-2;; axnvidia|xnvidia-smi|libfoo|libfoo:i386) c=2;; "
         "*) c='(none)';; esac\nprintf 'x:\\n  Installed: 1\\n  Candidate: %s\\n' \"$c\"\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     proc = subprocess.run(["bash", "-s", "--", "24.11.5-4+deb13u1"], input=u.PLAN_SCRIPT,
                           capture_output=True, text=True, check=True,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
-    assert proc.stdout.splitlines() == [
+    plan = u.parse_plan(proc.stdout)
+    assert plan.installed == {
+        "munge": "0.5.16-1", "libmunge2": "0.5.16-1", "nvidia-driver-cuda": "580.95-1",
+        "slurmd": "24.11.5-4", "libpmix2t64": "5.0.7-1", "xnvidia-smi": "1",
+        "libfoo": "1", "libfoo:i386": "1", "held-same": "1.0"}
+    assert [line for line in proc.stdout.splitlines() if line.startswith("newer|")] == [
         "newer|munge|munge|0.5.16-1|0.5.16-1+s1|no|no",
         "newer|nvidia-driver-cuda|nvidia-graphics-drivers|580.95-1|580.105-1|yes|no",
         "newer|slurmd|slurm-wlm|24.11.5-4|26.05.5-1|no|yes",
         "newer|libpmix2t64|pmix|5.0.7-1|5.0.7-2|no|no",
-        "newer|xnvidia-smi|y|1|2|no|no"]
+        "newer|xnvidia-smi|y|1|2|no|no",
+        "newer|libfoo|foo|1|2|yes|no",
+        "newer|libfoo:i386|foo|1|2|yes|no"]
 
 
 def test_the_command_line_takes_update_without_reboot(tmp_path, monkeypatch):
@@ -356,3 +398,98 @@ def test_neither_reboot_nor_update_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == ("error: --reboot/--update: one is required: give --reboot (rolling "
                    "reboots), --update (package updates) or both\n")
+
+
+@pytest.mark.parametrize("step", ["apply", HEALTH])
+def test_a_drain_someone_else_set_while_the_node_was_updated_is_kept(step):
+    slurm = UpdateSlurm({"gpu-001": FakeNode({"IDLE"})})
+    nodes = Nodes(slurm, {"gpu-001": MUNGE})
+
+    def operator_drains(node: FakeNode) -> None:
+        node.reason = "bad GPU 3, do not resume"
+
+    nodes.during[step] = operator_drains
+    run, _lines = updater(slurm, nodes)
+    result = run.run(["gpu-001"])
+    assert result.failed[0].outcome == (
+        "drained, resumed or removed by someone else while it was updated (DRAIN+IDLE, bad GPU "
+        "3, do not resume); its packages are installed, the node is left as it is")
+    node = slurm.nodes["gpu-001"]
+    assert (node.states, node.reason) == ({"IDLE", "DRAIN"}, "bad GPU 3, do not resume")
+    assert not any("state=resume" in c for c in drains(slurm))
+
+
+def test_a_half_done_install_is_finished_even_with_nothing_newer():
+    slurm = UpdateSlurm({"gpu-001": FakeNode({"IDLE"})})
+    nodes = Nodes(slurm, {"gpu-001": "broken|The following packages are only half configured,"
+                                     " probably due to problems configuring them: munge\n"})
+    run, lines = updater(slurm, nodes)
+    result = run.run(["gpu-001"])
+    assert [w for _n, w in nodes.ran] == ["plan", "plan", "apply bash -s -- ", "restart", HEALTH]
+    assert result.done[0].ok
+    assert ("gpu-001: dpkg reports a half-done install, finished first: The following packages "
+            "are only half configured, probably due to problems configuring them: munge") in lines
+    assert "gpu-001: nothing newer to install; dpkg's half-done install finished" in lines
+
+
+def test_a_node_rebooting_for_an_earlier_run_is_not_read_and_is_said_not_updated():
+    """Its reboot was asked for by a --reboot run and it is down: its packages are not read
+    (ssh would fail), the run goes on with its reboot, and says it was not updated."""
+    slurm = UpdateSlurm({
+        "gpu-001": FakeNode({"DOWN", "DRAIN", "REBOOT_ISSUED"},
+                            reason="metalslurm-maintain: reboot requested at 1900 : reboot "
+                                   "issued"),
+        "gpu-002": FakeNode({"IDLE"})})
+    nodes = Nodes(slurm, {"gpu-002": MUNGE}, unreachable={"gpu-001"})
+    run, lines = updater(slurm, nodes)
+    result = run.run(["gpu-001", "gpu-002"])
+    assert [p.node for p in result.done if p.ok] == ["gpu-001", "gpu-002"]
+    assert ("gpu-001: its reboot was asked for by an earlier run (down+drain+reboot_issued): "
+            "taken up; that run did not update it: run --update again after this one") in lines
+    assert ("gpu-001", "plan") not in nodes.ran
+
+
+def test_a_node_an_earlier_run_drained_for_its_update_counts_in_the_batch_first():
+    slurm = UpdateSlurm({
+        "gpu-001": FakeNode({"IDLE"}),
+        "gpu-002": FakeNode({"ALLOCATED", "DRAIN"}, job_ends=5,
+                            reason="metalslurm-maintain: update requested at 1900")})
+    nodes = Nodes(slurm, {"gpu-001": MUNGE, "gpu-002": MUNGE})
+    run, _lines = updater(slurm, nodes, batch=1)
+    run.run(["gpu-001", "gpu-002"])
+    # gpu-002 went first (it was out already); gpu-001 was drained only once it was back.
+    assert drains(slurm) == ["scontrol update nodename=gpu-002 state=resume", "drain gpu-001",
+                             "scontrol update nodename=gpu-001 state=resume"]
+
+
+@pytest.mark.parametrize("apt_get_rc, audit, said", [
+    (100, "", "E: held broken packages"),
+    (0, "munge half configured", "dpkg --audit still reports a half-done install: munge half "
+     "configured"),
+])
+def test_the_apply_script_puts_holds_back_whatever_happens(tmp_path, apt_get_rc, audit, said):
+    """The node's apply script with stand-ins for dpkg, apt-get and apt-mark: a failed
+    install and a half-done one both exit non-zero, and the holds and auto marks are put
+    back either way; nothing is removed (--no-remove)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir()
+    (bin_dir / "dpkg").write_text(f'#!/bin/sh\necho "dpkg $*" >> {log}\n'
+                                  f'[ "$1" = --audit ] && printf %s "{audit}"; exit 0\n')
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "apt-get $*" >> {log}\n'
+                                     f'[ {apt_get_rc} = 0 ] || echo "{said}" >&2\n'
+                                     f'exit {apt_get_rc}\n')
+    (bin_dir / "apt-mark").write_text(
+        f'#!/bin/sh\necho "apt-mark $*" >> {log}\n'
+        'case $1 in showhold) echo munge;; showauto) echo libmunge2;; esac\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    proc = subprocess.run(["bash", "-s", "--", "munge=2", "libmunge2=2"], input=u.APPLY_SCRIPT,
+                          capture_output=True, text=True,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert proc.returncode != 0 and said in proc.stderr
+    assert log.read_text().splitlines()[:2] == [
+        "dpkg --force-confdef --force-confold --configure -a", "apt-mark showhold"]
+    calls = log.read_text().splitlines()
+    install = next(c for c in calls if c.startswith("apt-get install"))
+    assert "--no-remove" in install and install.endswith("munge=2 libmunge2=2")
+    assert calls[-2:] == ["apt-mark hold munge", "apt-mark auto libmunge2"]
