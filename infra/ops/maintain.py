@@ -478,9 +478,7 @@ class Maintain:
             self.log(f"{name}: FAILED: {progress.outcome}")
             return True
         if view.busy:
-            limit = self.settings.max_wait
-            if (limit is not None and "REBOOT_ISSUED" not in view.states
-                    and self.monotonic() - progress.asked_at >= limit):
+            if "REBOOT_ISSUED" not in view.states and self.past_max_wait(progress):
                 return self.call_off(progress)
             self.say(progress, "waiting for its jobs to end (drained, reboot pending)")
             return False
@@ -488,6 +486,11 @@ class Maintain:
             progress.out_since = self.monotonic()
         self.say(progress, "rebooting")
         return False
+
+    def past_max_wait(self, progress: Progress) -> bool:
+        """Whether the node has waited for its jobs as long as --max-wait allows."""
+        limit = self.settings.max_wait
+        return limit is not None and self.monotonic() - progress.asked_at >= limit
 
     def advance_update(self, progress: Progress, view: NodeView) -> bool:
         """--update: a drained node waits for its jobs, then gets its packages; then its
@@ -498,8 +501,7 @@ class Maintain:
                              f"({view.describe()}, {view.reason or 'no reason'}); not updated, "
                              "left as it is")
         if view.busy:
-            limit = self.settings.max_wait
-            if limit is not None and self.monotonic() - progress.asked_at >= limit:
+            if self.past_max_wait(progress):
                 return self.call_off_update(progress)
             self.say(progress, "waiting for its jobs to end (drained, update pending)")
             return False
