@@ -441,9 +441,7 @@ class Maintain:
         """One look at a node in the run; True once it is done with (back or failed)."""
         name = progress.node
         if view is None:
-            progress.outcome = "Slurm no longer knows it (removed from slurm.conf?)"
-            self.log(f"{name}: FAILED: {progress.outcome}")
-            return True
+            return self.fail(progress, "Slurm no longer knows it (removed from slurm.conf?)")
         if progress.updating:
             return self.advance_update(progress, view)
         if progress.resumed:
@@ -452,20 +450,16 @@ class Maintain:
                 if self.monotonic() - (progress.resumed_at or 0.0) <= PING_WAIT_SECONDS:
                     self.say(progress, "resumed; waiting for slurmctld to reach it")
                     return False
-                progress.outcome = (f"resumed, but slurmctld has not reached its slurmd in "
-                                    f"{PING_WAIT_SECONDS} s ({view.describe()})")
-                self.log(f"{name}: FAILED: {progress.outcome}")
-                return True
+                return self.fail(progress, f"resumed, but slurmctld has not reached its slurmd "
+                                 f"in {PING_WAIT_SECONDS} s ({view.describe()})")
             progress.back_at = self.monotonic()
             progress.ok = True
             out = progress.back_at - (progress.out_since or progress.back_at)
             self.log(f"{name}: {progress.outcome} ({out:.0f} s out of service)")
             return True
         if "reboot timed out" in view.reason:
-            progress.outcome = (f"did not register within ResumeTimeout after its reboot "
-                                f"({view.reason}); it stays DOWN: look at its console")
-            self.log(f"{name}: FAILED: {progress.outcome}")
-            return True
+            return self.fail(progress, f"did not register within ResumeTimeout after its reboot "
+                             f"({view.reason}); it stays DOWN: look at its console")
         if view.rebooted_since(progress.requested):
             if progress.out_since is None:
                 progress.out_since = self.monotonic()
@@ -473,10 +467,8 @@ class Maintain:
                      "s after its reboot was issued")
             return self.return_to_service(progress, view)
         if not view.states & PENDING_REBOOT:
-            progress.outcome = (f"its reboot was called off by someone else ({view.describe()}, "
-                                f"{view.reason or 'no reason'}); left as it is")
-            self.log(f"{name}: FAILED: {progress.outcome}")
-            return True
+            return self.fail(progress, f"its reboot was called off by someone else "
+                             f"({view.describe()}, {view.reason or 'no reason'}); left as it is")
         if view.busy:
             if "REBOOT_ISSUED" not in view.states and self.past_max_wait(progress):
                 return self.call_off(progress)
@@ -517,7 +509,7 @@ class Maintain:
                                 if installed.newer else "nothing newer to install")
                  + ("; dpkg's half-done install finished" if installed.broken else ""))
         progress.updating, progress.updated = False, True
-        if not self.still_drained_for_update(progress):
+        if self.drained_for_update(progress) is None:
             return True
         if self.settings.reboot:
             progress.requested = self.ask_reboot(name, AFTER_UPDATE)
@@ -531,16 +523,16 @@ class Maintain:
         self.say(progress, "munge and slurmd restarted on the new build")
         return self.return_to_service(progress, view)
 
-    def still_drained_for_update(self, progress: Progress) -> bool:
-        """Whether the node still has this command's drain (read now: someone may have
-        drained or resumed it meanwhile, and theirs is kept); False once reported."""
+    def drained_for_update(self, progress: Progress) -> NodeView | None:
+        """The node as it is now, if it still has this command's drain (someone may have
+        drained or resumed it meanwhile, and theirs is kept); None once reported."""
         now = self.read([progress.node]).get(progress.node)
         if now is not None and now.update_requested_at is not None:
-            return True
+            return now
         self.fail(progress, "drained, resumed or removed by someone else while it was updated ("
                   + (f"{now.describe()}, {now.reason or 'no reason'}" if now else "gone")
                   + "); its packages are installed, the node is left as it is")
-        return False
+        return None
 
     def update(self, name: str) -> Plan:
         """Install what ``name``'s sources offer now, checked again as before the run."""
@@ -567,7 +559,7 @@ class Maintain:
         """The node's jobs ran past max_wait: its drain lifted, not updated."""
         name = progress.node
         jobs = self.jobs_on(name)
-        if not self.still_drained_for_update(progress):
+        if self.drained_for_update(progress) is None:
             return True
         self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
         progress.called_off = True
@@ -620,17 +612,16 @@ class Maintain:
         rebooted = not (progress.updated and not self.settings.reboot)
         failing = self.health_problem(name)
         if failing:
-            progress.outcome = (f"failed its health check after the "
-                                f"{'reboot' if rebooted else 'update'}: {failing}")
-            self.log(f"{name}: FAILED: {progress.outcome}")
-            return True
+            return self.fail(progress, f"failed its health check after the "
+                             f"{'reboot' if rebooted else 'update'}: {failing}")
         if self.settings.health_program is not None:
             self.log(f"{name}: health check passed")
         if not rebooted:
             # The check took a while: the node must still have this command's drain.
-            if not self.still_drained_for_update(progress):
+            now = self.drained_for_update(progress)
+            if now is None:
                 return True
-            view = self.read([name]).get(name) or view
+            view = now
         if self.settings.gate:
             reason = (f"{ACCEPT_REASON_PREFIX} {'rebooted' if rebooted else 'updated'} by "
                       "metalslurm maintain")
