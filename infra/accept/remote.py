@@ -7,6 +7,7 @@ handshake.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import tempfile
@@ -24,6 +25,14 @@ class Shell(Protocol):
 
     def run(self, command: str, check: bool = True, timeout: float = 120,
             stdin: str | None = None) -> subprocess.CompletedProcess[str]: ...
+
+
+class FileShell(Shell, Protocol):
+    """A :class:`Shell` that also moves bytes (an archive, a dump) to and from local files."""
+
+    def to_file(self, command: str, dest: Path, timeout: float = 3600) -> None: ...
+
+    def from_file(self, command: str, source: Path, timeout: float = 3600) -> None: ...
 
 
 def ssh_options(host_vars: Mapping[str, Any]) -> list[str]:
@@ -70,6 +79,32 @@ class Remote:
             raise RemoteError(f"on {self.host}: {command[:120]!r} failed ({proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-600:]}")
         return proc
+
+    def to_file(self, command: str, dest: Path, timeout: float = 3600) -> None:
+        """``command``'s output (bytes: an archive, a dump) written to the local file
+        ``dest``; RemoteError when it fails (``dest`` then holds what came, for the caller
+        to remove)."""
+        self._binary(command, timeout, stdout=dest)
+
+    def from_file(self, command: str, source: Path, timeout: float = 3600) -> None:
+        """``command`` with the local file ``source`` (bytes) on its standard input."""
+        self._binary(command, timeout, stdin=source)
+
+    def _binary(self, command: str, timeout: float, stdout: Path | None = None,
+                stdin: Path | None = None) -> None:
+        with contextlib.ExitStack() as files:
+            out = files.enter_context(open(stdout, "wb")) if stdout else subprocess.PIPE
+            into = files.enter_context(open(stdin, "rb")) if stdin else subprocess.DEVNULL
+            try:
+                proc = subprocess.run([*self._argv, self._remote(command)], stdin=into,
+                                      stdout=out, stderr=subprocess.PIPE, timeout=timeout,
+                                      check=False)
+            except subprocess.TimeoutExpired:
+                raise RemoteError(f"on {self.host}: {command[:120]!r} did not end in "
+                                  f"{timeout:.0f} s") from None
+        if proc.returncode != 0:
+            raise RemoteError(f"on {self.host}: {command[:120]!r} failed ({proc.returncode}): "
+                              f"{proc.stderr.decode(errors='replace').strip()[-600:]}")
 
     def start(self, command: str) -> subprocess.Popen[str]:
         """``command`` left running (its stdin, stdout and stderr pipes the caller's): it

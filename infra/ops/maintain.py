@@ -703,8 +703,8 @@ LOCK_BUSY = 75
 
 @contextlib.contextmanager
 def controller_lock(controller: Any, who: str, lock: str = LOCK) -> Iterator[None]:
-    """Hold the cluster's maintain lock for the block; MaintainError naming the holder when
-    another run has it."""
+    """Hold the cluster's lock for the block (one run of 'metalslurm maintain', 'backup' or
+    'restore' at a time); MaintainError naming the holder when another run has it."""
     holder = shlex.quote(f"{lock}.who")
     proc = controller.start(
         f"exec flock --nonblock --conflict-exit-code {LOCK_BUSY} {shlex.quote(lock)} sh -c "
@@ -716,11 +716,12 @@ def controller_lock(controller: Any, who: str, lock: str = LOCK) -> Iterator[Non
             code = proc.wait(timeout=60)
             if code == LOCK_BUSY:
                 held_by = controller.run(f"cat {holder}", check=False).stdout.strip()
-                raise MaintainError(f"another 'metalslurm maintain' run holds the cluster's "
-                                    f"lock ({held_by or 'its holder unknown'}; {lock} on the "
-                                    "controller): wait for it to end, then run this again")
+                raise MaintainError("another metalslurm run (maintain, backup or restore) holds "
+                                    f"the cluster's lock ({held_by or 'its holder unknown'}; "
+                                    f"{lock} on the controller): wait for it to end, then run "
+                                    "this again")
             error = (proc.stderr.read() if proc.stderr else "").strip()[-300:]
-            raise MaintainError(f"could not take the maintain lock on the controller (exit "
+            raise MaintainError(f"could not take the cluster's lock on the controller (exit "
                                 f"status {code}: {error or 'no message'})")
         yield
     finally:

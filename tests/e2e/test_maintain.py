@@ -174,8 +174,9 @@ def test_a_second_run_at_once_is_refused_naming_the_first(cluster):
         assert holder.stdout.readline().strip() == "held"
         code, lines = maintain(cluster, "gpu-002")
         assert code == 1 and lines == [
-            "error: another 'metalslurm maintain' run holds the cluster's lock (carol@ops pid 7; "
-            f"{maintain_lock()} on the controller): wait for it to end, then run this again"]
+            "error: another metalslurm run (maintain, backup or restore) holds the cluster's "
+            f"lock (carol@ops pid 7; {maintain_lock()} on the controller): wait for it to end, "
+            "then run this again"]
         assert node_view(cluster, "gpu-002") == ("idle", "none")
     finally:
         holder.stdin.close()

@@ -415,8 +415,9 @@ def test_a_second_run_is_refused_naming_the_first_and_runs_once_it_has_ended(tmp
               m.controller_lock(shell, "bob@ops pid 2, nodes gpu-002", lock)):
             raise AssertionError("the second run got the lock")
         assert str(refused.value) == (
-            "another 'metalslurm maintain' run holds the cluster's lock (alice@ops pid 1, nodes "
-            f"gpu-001; {lock} on the controller): wait for it to end, then run this again")
+            "another metalslurm run (maintain, backup or restore) holds the cluster's lock "
+            f"(alice@ops pid 1, nodes gpu-001; {lock} on the controller): wait for it to end, "
+            "then run this again")
     with m.controller_lock(shell, "bob@ops pid 2, nodes gpu-002", lock):
         assert (tmp_path / "maintain.lock.who").read_text() == "bob@ops pid 2, nodes gpu-002\n"
 
@@ -439,7 +440,7 @@ def test_the_lock_goes_with_a_run_that_dies(tmp_path):
 
 
 def test_a_lock_that_cannot_be_taken_says_why(tmp_path):
-    with (pytest.raises(m.MaintainError, match=r"could not take the maintain lock on the "
+    with (pytest.raises(m.MaintainError, match=r"could not take the cluster's lock on the "
                         r"controller \(exit status \d+: flock: .*No such file or directory\)"),
           m.controller_lock(LocalShell(), "bob", str(tmp_path / "no" / "such" / "lock"))):
         pass
