@@ -474,6 +474,49 @@ def _add_maintain(sub: _Commands) -> None:
     main.set_defaults(func=cmd_maintain)
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from infra.ops.backup import run_backup
+
+    return run_backup(args.inventory, args.dir, log=say)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from infra.ops.backup import run_restore
+
+    return run_restore(args.inventory, args.dir, log=say, force=args.force)
+
+
+def _add_backup(sub: _Commands) -> None:
+    """``backup`` and ``restore``: the accounting database and slurmctld's state."""
+    back = sub.add_parser(
+        "backup", help="the accounting database and slurmctld's state, to restore onto a "
+        "controller made anew",
+        description="Stop slurmctld for a moment (running jobs go on), dump the accounting "
+        "database (mysqldump --single-transaction) and archive slurmctld's StateSaveLocation "
+        "while it is stopped, so the two agree; start it again. Writes DIR (0700, files "
+        "0600): the dump, the archive, a copy of the inventory and a manifest with each "
+        "file's SHA-256 and a listing of the secret files (never their contents). DIR must "
+        "be new or empty.")
+    back.add_argument("-i", "--inventory", type=Path,
+                      help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
+    back.add_argument("dir", type=Path, metavar="DIR", help="where the backup goes")
+    back.set_defaults(func=cmd_backup)
+    rest = sub.add_parser(
+        "restore", help="a backup onto the cluster's controller (one made anew by 'up')",
+        description="Check the backup (each file's SHA-256, an archive of plain files only), "
+        "then the controller (the same cluster name, a Slurm release not older than the "
+        "backup's, an empty queue); stop slurmctld and slurmdbd, load the database, put the "
+        "state in place (the replaced one kept beside it), start them again.")
+    rest.add_argument("-i", "--inventory", type=Path,
+                      help="the cluster's inventory (.metalslurm/<stack>/inventory.yml)")
+    rest.add_argument("dir", type=Path, metavar="DIR", help="a directory 'metalslurm "
+                      "backup' wrote")
+    rest.add_argument("--force", action="store_true",
+                      help="restore even though the controller's queue holds jobs (they are "
+                      "replaced by the backup's)")
+    rest.set_defaults(func=cmd_restore)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``metalslurm`` command line: one subcommand per operator task."""
     parser = _Parser(prog="metalslurm", description="metalslurm: the operator command line")
@@ -490,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_accept(sub)
     _add_maintain(sub)
+    _add_backup(sub)
     return parser
 
 

@@ -430,6 +430,7 @@ VALID: dict[str, list[str]] = {
     "words": ["ctl", "--", "true"],
     "from_file": [str(SACCT)],
     "dest": ["/tmp/metalslurm-bad-input-test/wheelhouse"],  # checked, never written
+    "dir": ["/tmp/metalslurm-bad-input-test/backup"],  # checked, never written
 }
 
 

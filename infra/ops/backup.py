@@ -1,0 +1,524 @@
+"""``metalslurm backup`` / ``metalslurm restore``: the cluster's state, to bring back onto a
+controller made anew.
+
+A backup is a directory (0700, its files 0600) of:
+
+- ``accounting.sql.gz``: the accounting database (``mysqldump --single-transaction``), from
+  slurmdbd's host, when the database runs there (an external one is its operator's to back
+  up, and the manifest says it is not included);
+- ``slurmctld-state.tar.gz``: slurmctld's ``StateSaveLocation`` (the queue, held jobs and
+  their scripts, node states, the job-id counter, QOS and association usage);
+- ``inventory.yml``: a copy of the inventory given;
+- ``metalslurm-backup.json``: the manifest (cluster, Slurm release, when, each file's size
+  and SHA-256, how long slurmctld was stopped, the queue by state) with a listing of the
+  secret files on those hosts (path, owner, mode, size): never their contents. The munge
+  and JWT keys come from the operator's own secret files (the inventory names them) and
+  ``up`` writes them onto a controller made anew; the database password and the
+  monitoring's are made again there.
+
+**Consistency.** slurmctld is stopped for the copy: it writes its whole state when it stops
+and keeps what it has not yet sent slurmdbd in that state (``dbd.messages``), so the database
+dumped while it is stopped and the state copied next agree: every record is either in the
+database or queued in the state, once. Running jobs go on (slurmd and slurmstepd do not need
+slurmctld); commands and submissions in that window fail and may be tried again. A timer on
+the controller (``metalslurm-backup-restart``) starts slurmctld again should this command
+die with it stopped.
+
+``restore`` checks the directory first (every file's SHA-256; the archive holds only plain
+files and directories under its root), then the controller (the same cluster name; a
+Slurm release not older than the backup's; an empty queue unless ``force``); then it stops
+slurmctld (and slurmdbd), loads the database, puts the state in place (the one it replaces
+kept beside it, ``<StateSaveLocation>.replaced-<time>``), and starts them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from infra.accept.remote import FileShell, Remote, RemoteError, Shell
+from infra.ops.maintain import controller_lock
+from infra.stack.inputs import InputError
+
+MANIFEST = "metalslurm-backup.json"
+STATE_FILE = "slurmctld-state.tar.gz"
+DATABASE_FILE = "accounting.sql.gz"
+INVENTORY_COPY = "inventory.yml"
+FORMAT = 1
+# The unit that starts slurmctld again should a backup die with it stopped, and when.
+RESTART_UNIT = "metalslurm-backup-restart"
+RESTART_AFTER_SECONDS = 600
+PING_WAIT_SECONDS = 180
+# Where secret files live on the controller and slurmdbd's host: those of them that others
+# cannot read are listed in the manifest (never copied).
+SECRET_DIRS = ("/etc/munge", "/etc/slurm", "/etc/prometheus", "/etc/alertmanager")
+_LOCAL_DATABASE = ("", "localhost", "127.0.0.1", "::1")
+
+
+class BackupError(RuntimeError):
+    """A backup or restore step failed or was refused (the message says which, and what to
+    do)."""
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``'s ``Key = value`` lines as a mapping."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            found.setdefault(key.strip(), value.strip())
+    return found
+
+
+def release_of(version: str) -> tuple[int, int]:
+    """A Slurm version's release (``24.11.5`` -> (24, 11)); ValueError when it is none."""
+    match = re.match(r"^(\d+)\.(\d+)", version.strip())
+    if not match:
+        raise ValueError(f"{version!r} is not a Slurm version")
+    return int(match.group(1)), int(match.group(2))
+
+
+@dataclass(frozen=True)
+class Controller:
+    """What a backup or restore reads from slurmctld's configuration."""
+
+    cluster: str
+    version: str
+    state_dir: str
+    slurm_user: str
+    conf_dir: str
+    accounting: bool
+
+    @classmethod
+    def read(cls, shell: Shell) -> Controller:
+        config = parse_config(shell.run("scontrol show config").stdout)
+        missing = [k for k in ("ClusterName", "SLURM_VERSION", "StateSaveLocation", "SlurmUser",
+                               "SLURM_CONF") if not config.get(k)]
+        if missing:
+            raise BackupError(f"slurmctld's configuration ('scontrol show config' on "
+                              f"{shell_name(shell)}) does not say {', '.join(missing)}")
+        return cls(cluster=config["ClusterName"], version=config["SLURM_VERSION"],
+                   state_dir=config["StateSaveLocation"],
+                   slurm_user=config["SlurmUser"].split("(")[0],
+                   conf_dir=str(PurePosixPath(config["SLURM_CONF"]).parent),
+                   accounting=config.get("AccountingStorageType", "")
+                   == "accounting_storage/slurmdbd")
+
+
+@dataclass(frozen=True)
+class Database:
+    """The accounting database as slurmdbd.conf on its host names it."""
+
+    name: str
+    host: str
+    port: int
+
+    @property
+    def local(self) -> bool:
+        return self.host in _LOCAL_DATABASE
+
+    @classmethod
+    def read(cls, shell: Shell, conf_dir: str) -> Database:
+        conf = shlex.quote(f"{conf_dir}/slurmdbd.conf")
+        text = shell.run(f"grep -E '^(StorageLoc|StorageHost|DbdPort)=' {conf} || true").stdout
+        values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        return cls(name=values.get("StorageLoc", "slurm_acct_db").strip(),
+                   host=values.get("StorageHost", "localhost").strip(),
+                   port=int(values.get("DbdPort", "6819").strip() or 6819))
+
+
+def shell_name(shell: Shell) -> str:
+    return str(getattr(shell, "host", "the controller"))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wait_for_ping(shell: Shell, seconds: float = PING_WAIT_SECONDS) -> None:
+    """Until slurmctld answers ``scontrol ping`` UP; BackupError past ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        proc = shell.run("scontrol ping", check=False)
+        if proc.returncode == 0 and " is UP" in proc.stdout:
+            return
+        if time.monotonic() > deadline:
+            raise BackupError(f"slurmctld on {shell_name(shell)} did not answer 'scontrol ping' "
+                              f"within {seconds:.0f} s: see 'journalctl -u slurmctld' there")
+        time.sleep(2)
+
+
+def wait_for_slurmdbd(shell: Shell, port: int, seconds: float = PING_WAIT_SECONDS) -> None:
+    """Until slurmdbd's port answers on its host; BackupError when it failed or past
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    probe = (f"bash -c 'state=$(systemctl show --property=ActiveState --value slurmdbd); "
+             f"[ \"$state\" = failed ] && exit 3; exec 3<>/dev/tcp/127.0.0.1/{int(port)}'")
+    while True:
+        code = shell.run(probe, check=False).returncode
+        if code == 0:
+            return
+        if code == 3 or time.monotonic() > deadline:
+            raise BackupError(f"slurmdbd on {shell_name(shell)} did not start: see "
+                              "'journalctl -u slurmdbd' there")
+        time.sleep(2)
+
+
+def secret_listing(shell: Shell) -> list[dict[str, Any]]:
+    """The files under SECRET_DIRS on a host that others cannot read: path, owner, group,
+    mode and size (never their contents)."""
+    dirs = " ".join(shlex.quote(d) for d in SECRET_DIRS)
+    text = shell.run(f"for d in {dirs}; do [ -d \"$d\" ] && find \"$d\" -xdev -type f "
+                     "! -perm -0004 -printf '%p|%u|%g|%m|%s\\n'; done; true").stdout
+    listing = []
+    for line in sorted(text.splitlines()):
+        path, owner, group, mode, size = line.rsplit("|", 4)
+        listing.append({"host": shell_name(shell), "path": path, "owner": owner,
+                        "group": group, "mode": mode.zfill(4), "size": int(size)})
+    return listing
+
+
+def queue_by_state(shell: Shell) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in shell.run("squeue -h -o %T").stdout.split():
+        counts[state] = counts.get(state, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+@contextlib.contextmanager
+def slurmctld_stopped(shell: Shell, restart_timer: bool) -> Iterator[dict[str, float]]:
+    """slurmctld stopped for the block and started again after it, whatever happens; with
+    ``restart_timer`` a timer on the host starts it too should this process die meanwhile.
+    Yields a mapping that holds ``stopped`` (seconds, from the stop until slurmctld answers
+    again) once the block has ended."""
+    if restart_timer:
+        shell.run(f"systemctl stop {RESTART_UNIT}.timer 2>/dev/null; "
+                  f"systemctl reset-failed {RESTART_UNIT}.timer {RESTART_UNIT}.service "
+                  f"2>/dev/null; systemd-run --quiet --unit={RESTART_UNIT} "
+                  f"--on-active={RESTART_AFTER_SECONDS} /bin/systemctl start slurmctld")
+    timing: dict[str, float] = {}
+    shell.run("systemctl stop slurmctld")
+    stopped_at = time.monotonic()
+    try:
+        yield timing
+    finally:
+        shell.run("systemctl start slurmctld" + (f"; systemctl stop {RESTART_UNIT}.timer"
+                                                  if restart_timer else ""))
+        wait_for_ping(shell)
+        timing["stopped"] = time.monotonic() - stopped_at
+
+
+def _who(command: str) -> str:
+    return (f"'metalslurm {command}' {getpass.getuser()}@{socket.gethostname()} pid "
+            f"{os.getpid()}, started {datetime.now().astimezone():%Y-%m-%d %H:%M:%S %Z}")
+
+
+def checked_destination(dest: Path) -> None:
+    """The backup's directory: new, or an empty directory, under a directory that exists."""
+    if dest.exists() and not dest.is_dir():
+        raise InputError("DIR", "is not a directory: give a new or empty directory for the "
+                         "backup", dest)
+    if dest.is_dir() and any(dest.iterdir()):
+        raise InputError("DIR", "is not empty: give a new or empty directory (a backup never "
+                         "writes over another)", dest)
+    parent = dest.absolute().parent
+    if not parent.is_dir():
+        raise InputError("DIR", f"is under {parent}, which does not exist: make it first", dest)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError("DIR", f"is under {parent}, which this user cannot write to: give "
+                         "another directory", dest)
+
+
+def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, inventory: Path,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    """The backup into ``dest`` (written in a directory beside it, renamed at the end: a
+    failure leaves no half backup); its manifest."""
+    started = time.monotonic()
+    ctl = Controller.read(controller)
+    database = Database.read(dbd, ctl.conf_dir) if (dbd and ctl.accounting) else None
+    queue = queue_by_state(controller)
+    part = dest.absolute().parent / f".{dest.name}.part-{os.getpid()}"
+    part.mkdir(mode=0o700)
+    try:
+        with (controller_lock(controller, _who("backup")),
+              slurmctld_stopped(controller, restart_timer=True) as timing):
+            if database and database.local and dbd:
+                dump = ("set -o pipefail; mysqldump --single-transaction --routines "
+                        f"--events --databases {shlex.quote(database.name)} | gzip -c")
+                dbd.to_file(f"bash -c {shlex.quote(dump)}", part / DATABASE_FILE)
+            controller.to_file(f"tar -C {shlex.quote(ctl.state_dir)} -czf - .",
+                               part / STATE_FILE)
+        shutil.copyfile(inventory, part / INVENTORY_COPY)
+        secrets = secret_listing(controller)
+        if dbd and shell_name(dbd) != shell_name(controller):
+            secrets += secret_listing(dbd)
+        files: dict[str, dict[str, Any]] = {}
+        for path in sorted(part.iterdir()):
+            path.chmod(0o600)
+            files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+        manifest = {
+            "format": FORMAT, "cluster": ctl.cluster, "slurm_version": ctl.version,
+            "taken_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "controller": shell_name(controller), "state_save_location": ctl.state_dir,
+            "database": (None if database is None else
+                         {"name": database.name, "host": shell_name(dbd) if dbd else None,
+                          "included": database.local}),
+            "slurmctld_stopped_seconds": round(timing["stopped"], 1),
+            "queue": queue, "files": files,
+            "secrets_not_copied": secrets,
+        }
+        (part / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        (part / MANIFEST).chmod(0o600)
+        if dest.is_dir():
+            dest.rmdir()
+        part.rename(dest)
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+    size = sum(f["bytes"] for f in files.values())
+    log(f"backup of cluster {ctl.cluster} (Slurm {ctl.version}) in {dest}: "
+        + (f"the accounting database {database.name}, " if database and database.local else
+           "no accounting database (" + ("it is external: back it up where it runs"
+                                         if database else "no slurmdbd") + "), ")
+        + f"slurmctld's state ({sum(queue.values())} jobs in the queue), the inventory; "
+        f"{len(secrets)} secret files listed, not copied; {size / 1024:.0f} KiB; slurmctld "
+        f"stopped {timing['stopped']:.1f} s; {time.monotonic() - started:.1f} s in all")
+    return manifest
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    if not isinstance(manifest, dict):
+        return "is not a JSON object"
+    expected: dict[str, type | tuple[type, ...]] = {
+        "format": int, "cluster": str, "slurm_version": str, "taken_at": str,
+        "files": dict, "database": (dict, type(None))}
+    for key, kind in expected.items():
+        if not isinstance(manifest.get(key), kind):
+            return f"has no valid {key!r}"
+    if manifest["format"] != FORMAT:
+        return f"is of format {manifest['format']}, this metalslurm reads format {FORMAT}"
+    return None
+
+
+def checked_backup(source: Path) -> dict[str, Any]:
+    """The manifest of the backup directory ``source``, once every file it names is there
+    with its SHA-256 and the state archive holds only plain files and directories inside
+    it; an InputError naming the problem otherwise."""
+    if not source.is_dir():
+        raise InputError("DIR", "is not a directory: give a directory 'metalslurm backup' "
+                         "wrote", source)
+    try:
+        manifest = json.loads((source / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise InputError("DIR", f"has no {MANIFEST}: give a directory 'metalslurm backup' "
+                         "wrote", source) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError("DIR", f"{MANIFEST} cannot be read as JSON ({exc.__class__.__name__}"
+                         "): give a directory 'metalslurm backup' wrote", source) from None
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise InputError("DIR", f"{MANIFEST} {problem}: give a directory 'metalslurm backup' "
+                         "wrote", source)
+    if STATE_FILE not in manifest["files"]:
+        raise InputError("DIR", f"{MANIFEST} names no {STATE_FILE}: the backup is not whole",
+                         source)
+    for name, entry in manifest["files"].items():
+        path = source / str(name)
+        if "/" in str(name) or not isinstance(entry, dict) or not path.is_file():
+            raise InputError("DIR", f"lacks {name}, which its manifest names: the backup is not "
+                             "whole", source)
+        try:
+            digest = sha256_of(path)
+        except OSError as exc:
+            raise InputError("DIR", f"{name} cannot be read ({exc.strerror}): give a readable "
+                             "backup", source) from None
+        if digest != entry.get("sha256"):
+            raise InputError("DIR", f"{name} is not the file the backup wrote (its SHA-256 "
+                             "differs): the backup is damaged; give another", source)
+    problem = state_archive_problem(source / STATE_FILE)
+    if problem:
+        raise InputError("DIR", f"{STATE_FILE} {problem}: restore only what 'metalslurm "
+                         "backup' wrote", source)
+    return manifest
+
+
+def state_archive_problem(path: Path) -> str | None:
+    """Why the state archive must not be unpacked as root (a link, a device, a path outside
+    it), or None."""
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            for member in archive:
+                name = PurePosixPath(member.name)
+                if name.is_absolute() or ".." in name.parts:
+                    return f"holds {member.name!r}, a path outside its directory"
+                if not (member.isreg() or member.isdir()):
+                    return f"holds {member.name!r}, which is not a plain file or directory"
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        return f"is not a readable gzip tar archive ({exc})"
+    return None
+
+
+RESTORE_STATE = """set -eu
+state={state}; user={user}
+rm -rf "$state".restore.??????
+new=$(mktemp -d "$state.restore.XXXXXX")
+tar -C "$new" --no-same-owner -xzf -
+chown -R "$user:" "$new"
+chmod --reference="$state" "$new" 2>/dev/null || chmod 0700 "$new"
+if [ -e "$state" ]; then mv "$state" "$state.replaced-{stamp}"; fi
+mv "$new" "$state"
+"""
+
+
+def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
+                   manifest: Mapping[str, Any], log: Callable[[str], None],
+                   force: bool = False) -> None:
+    """The backup ``source`` (checked: :func:`checked_backup`) onto the cluster's controller
+    (and slurmdbd's host)."""
+    started = time.monotonic()
+    ctl = Controller.read(controller)
+    if ctl.cluster != manifest["cluster"]:
+        raise InputError("DIR", f"is a backup of cluster {manifest['cluster']}, and this "
+                         f"inventory's controller runs cluster {ctl.cluster}: give a backup "
+                         f"of {ctl.cluster}", source)
+    try:
+        newer = release_of(manifest["slurm_version"]) > release_of(ctl.version)
+    except ValueError as exc:
+        raise InputError("DIR", f"names no Slurm release this command can compare ({exc})",
+                         source) from None
+    if newer:
+        raise InputError("DIR", f"was taken on Slurm {manifest['slurm_version']}, newer than "
+                         f"the controller's {ctl.version}, which cannot read its state: "
+                         "install that release on the controller first", source)
+    database_entry = manifest["database"]
+    with_database = bool(database_entry and database_entry.get("included"))
+    database = None
+    if with_database:
+        if dbd is None or not ctl.accounting:
+            raise BackupError("the backup holds an accounting database, and this cluster has "
+                              "no slurmdbd to load it into: give an inventory with slurmdbd")
+        database = Database.read(dbd, ctl.conf_dir)
+        if not database.local:
+            raise BackupError(f"restore loads a database only on slurmdbd's host, and this "
+                              f"cluster's is external ({database.host}): load "
+                              f"{DATABASE_FILE} there (gunzip -c | mysql)")
+        if database.name != database_entry.get("name"):
+            raise BackupError(f"the backup's accounting database is "
+                              f"{database_entry.get('name')}, this slurmdbd's is "
+                              f"{database.name}: set the same StorageLoc")
+    queue = queue_by_state(controller)
+    if queue and not force:
+        raise BackupError(f"the controller's queue holds {sum(queue.values())} jobs ("
+                          + ", ".join(f"{n} {s}" for s, n in queue.items())
+                          + "), which a restore replaces: cancel them (scancel) or give "
+                          "--force")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    with (controller_lock(controller, _who("restore")),
+          slurmctld_stopped(controller, restart_timer=False) as timing):
+        if database and dbd:
+            name = database.name.replace("`", "``")
+            dbd.run("systemctl stop slurmdbd")
+            try:
+                dbd.run(f"mysql -e {shlex.quote(f'DROP DATABASE IF EXISTS `{name}`')}")
+                dbd.from_file("bash -c 'set -o pipefail; gunzip -c | mysql'",
+                              source / DATABASE_FILE)
+            finally:
+                dbd.run("systemctl start slurmdbd")
+            wait_for_slurmdbd(dbd, database.port)
+        controller.from_file(
+            "bash -c " + shlex.quote(RESTORE_STATE.format(
+                state=shlex.quote(ctl.state_dir), user=shlex.quote(ctl.slurm_user),
+                stamp=stamp)), source / STATE_FILE)
+    restored = queue_by_state(controller)
+    log(f"restored cluster {ctl.cluster} from {source} (taken {manifest['taken_at']} on Slurm "
+        f"{manifest['slurm_version']}): "
+        + ("the accounting database, " if database else "no accounting database, ")
+        + f"slurmctld's state ({sum(restored.values())} jobs in the queue; the state it "
+        f"replaced is in {ctl.state_dir}.replaced-{stamp}); slurmctld stopped "
+        f"{timing['stopped']:.1f} s; {time.monotonic() - started:.1f} s in all")
+
+
+def _shells(inventory: Path) -> tuple[Remote, Remote | None]:
+    from infra.ops.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
+
+    document = load_inventory(inventory, "--inventory")
+    root = document.get("all") or {}
+    all_vars, hosts = root.get("vars") or {}, root.get("hosts") or {}
+    controllers = group_hosts(document, "slurm_controller")
+    if not controllers:
+        raise InputError("--inventory", f"has no host in group slurm_controller; give "
+                         f"{INVENTORY_FILE}", inventory)
+    dbd_hosts = group_hosts(document, "slurmdbd")
+
+    def remote(name: str) -> Remote:
+        return Remote(name, {**all_vars, **(hosts.get(name) or {})})
+
+    controller = remote(controllers[0])
+    if not dbd_hosts:
+        return controller, None
+    return controller, controller if dbd_hosts[0] == controllers[0] else remote(dbd_hosts[0])
+
+
+def _closing(controller: Remote, dbd: Remote | None) -> None:
+    for shell in {id(s): s for s in (controller, dbd) if s is not None}.values():
+        shell.close()
+
+
+def _checked_inventory(inventory: Path | None) -> Path:
+    from infra.ops.inventory_file import INVENTORY_FILE, load_inventory
+
+    if inventory is None:
+        raise InputError("--inventory", f"is required: give {INVENTORY_FILE}")
+    load_inventory(inventory, "--inventory")
+    return inventory
+
+
+def run_backup(inventory: Path | None, dest: Path, log: Callable[[str], None]) -> int:
+    # Each argument checked in the order given on the command line, -i first when it is.
+    if inventory is not None:
+        _checked_inventory(inventory)
+    checked_destination(dest)
+    inventory = _checked_inventory(inventory)
+    controller, dbd = _shells(inventory)
+    try:
+        take_backup(controller, dbd, dest, inventory, log)
+    except RemoteError as exc:
+        raise BackupError(f"the backup failed, and nothing was written: {exc}") from None
+    finally:
+        _closing(controller, dbd)
+    return 0
+
+
+def run_restore(inventory: Path | None, source: Path, log: Callable[[str], None],
+                force: bool = False) -> int:
+    if inventory is not None:
+        _checked_inventory(inventory)
+    manifest = checked_backup(source)
+    inventory = _checked_inventory(inventory)
+    controller, dbd = _shells(inventory)
+    try:
+        restore_backup(controller, dbd, source, manifest, log, force=force)
+    except RemoteError as exc:
+        raise BackupError(f"the restore failed: {exc}; slurmctld and slurmdbd were started "
+                          "again; fix the cause and run the restore again") from None
+    finally:
+        _closing(controller, dbd)
+    return 0
