@@ -30,6 +30,7 @@ logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
+        tests/e2e/test_backup_restore.py
         tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
 power=tests/e2e/test_power_drivers.py
