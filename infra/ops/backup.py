@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import gzip
 import hashlib
 import json
 import os
@@ -42,8 +43,10 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 import tarfile
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,14 +58,19 @@ from infra.ops.maintain import controller_lock
 from infra.stack.inputs import InputError
 
 MANIFEST = "metalslurm-backup.json"
+MANIFEST_MAX_BYTES = 1 << 20
 STATE_FILE = "slurmctld-state.tar.gz"
 DATABASE_FILE = "accounting.sql.gz"
 INVENTORY_COPY = "inventory.yml"
+BACKUP_FILES = (DATABASE_FILE, STATE_FILE, INVENTORY_COPY)
 FORMAT = 1
 # The unit that starts slurmctld again should a backup die with it stopped, and when.
 RESTART_UNIT = "metalslurm-backup-restart"
 RESTART_AFTER_SECONDS = 600
 PING_WAIT_SECONDS = 180
+# slurmdbd's first start on a dump of an older release converts its tables (hours on a
+# large history, SchedMD says).
+DBD_WAIT_SECONDS = 4 * 3600
 # Where secret files live on the controller and slurmdbd's host: those of them that others
 # cannot read are listed in the manifest (never copied).
 SECRET_DIRS = ("/etc/munge", "/etc/slurm", "/etc/prometheus", "/etc/alertmanager")
@@ -133,12 +141,17 @@ class Database:
 
     @classmethod
     def read(cls, shell: Shell, conf_dir: str) -> Database:
-        conf = shlex.quote(f"{conf_dir}/slurmdbd.conf")
-        text = shell.run(f"grep -E '^(StorageLoc|StorageHost|DbdPort)=' {conf} || true").stdout
-        values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-        return cls(name=values.get("StorageLoc", "slurm_acct_db").strip(),
-                   host=values.get("StorageHost", "localhost").strip(),
-                   port=int(values.get("DbdPort", "6819").strip() or 6819))
+        # Read whole (a file that cannot be read fails here: no database is guessed at).
+        text = shell.run(f"cat {shlex.quote(f'{conf_dir}/slurmdbd.conf')}").stdout
+        values: dict[str, str] = {}
+        for line in text.splitlines():
+            key, sep, value = line.split("#", 1)[0].partition("=")
+            if sep:
+                values.setdefault(key.strip().lower(), value.strip())
+        port = values.get("dbdport", "6819")
+        return cls(name=values.get("storageloc") or "slurm_acct_db",
+                   host=values.get("storagehost") or "localhost",
+                   port=int(port) if port.isdigit() else 6819)
 
 
 def shell_name(shell: Shell) -> str:
@@ -233,6 +246,18 @@ def _who(command: str) -> str:
 
 def checked_destination(dest: Path) -> None:
     """The backup's directory: new, or an empty directory, under a directory that exists."""
+    try:
+        _checked_destination(dest)
+    except OSError as exc:
+        raise InputError("DIR", f"cannot be used ({exc.strerror}): give a new directory this "
+                         "user can write", dest) from None
+
+
+def _checked_destination(dest: Path) -> None:
+    if dest.is_symlink() or dest.absolute().resolve() != dest.absolute() or dest.name in ("",
+                                                                                      ".", ".."):
+        raise InputError("DIR", "is a link or names a directory through one (or . or ..): "
+                         "give the directory's own path", dest)
     if dest.exists() and not dest.is_dir():
         raise InputError("DIR", "is not a directory: give a new or empty directory for the "
                          "backup", dest)
@@ -266,6 +291,11 @@ def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, invent
                 dbd.to_file(f"bash -c {shlex.quote(dump)}", part / DATABASE_FILE)
             controller.to_file(f"tar -C {shlex.quote(ctl.state_dir)} -czf - .",
                                part / STATE_FILE)
+            running = controller.run("systemctl is-active --quiet slurmctld", check=False)
+            if running.returncode == 0:
+                raise BackupError(f"slurmctld started during the copy (the restart timer "
+                                  f"{RESTART_UNIT} fires after {RESTART_AFTER_SECONDS} s): the "
+                                  "backup would not be consistent, and was not written")
         shutil.copyfile(inventory, part / INVENTORY_COPY)
         secrets = secret_listing(controller)
         if dbd and shell_name(dbd) != shell_name(controller):
@@ -311,11 +341,38 @@ def _manifest_problem(manifest: Any) -> str | None:
         "format": int, "cluster": str, "slurm_version": str, "taken_at": str,
         "files": dict, "database": (dict, type(None))}
     for key, kind in expected.items():
-        if not isinstance(manifest.get(key), kind):
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
             return f"has no valid {key!r}"
     if manifest["format"] != FORMAT:
         return f"is of format {manifest['format']}, this metalslurm reads format {FORMAT}"
+    unknown = sorted(set(manifest["files"]) - set(BACKUP_FILES))
+    if unknown:
+        return f"names files a backup does not hold ({', '.join(unknown)[:200]})"
+    if not all(isinstance(e, dict) and isinstance(e.get("sha256"), str)
+               for e in manifest["files"].values()):
+        return "has a file entry without a SHA-256"
+    database = manifest["database"]
+    if database is not None and not (isinstance(database.get("included"), bool)
+                                      and isinstance(database.get("name"), str)):
+        return "has no valid 'database' (included, name)"
+    included = bool(database and database["included"])
+    if included != (DATABASE_FILE in manifest["files"]):
+        return (f"says the database is {'' if included else 'not '}included, and "
+                f"{'names' if not included else 'does not name'} {DATABASE_FILE}")
     return None
+
+
+def _read_manifest(path: Path) -> Any:
+    """The manifest's JSON: a regular file (not a link, a FIFO, a device) of at most
+    MANIFEST_MAX_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > MANIFEST_MAX_BYTES:
+            raise ValueError(f"larger than {MANIFEST_MAX_BYTES} bytes")
+        return json.loads(handle.read(MANIFEST_MAX_BYTES + 1).decode())
 
 
 def checked_backup(source: Path) -> dict[str, Any]:
@@ -326,11 +383,11 @@ def checked_backup(source: Path) -> dict[str, Any]:
         raise InputError("DIR", "is not a directory: give a directory 'metalslurm backup' "
                          "wrote", source)
     try:
-        manifest = json.loads((source / MANIFEST).read_text())
+        manifest = _read_manifest(source / MANIFEST)
     except FileNotFoundError:
         raise InputError("DIR", f"has no {MANIFEST}: give a directory 'metalslurm backup' "
                          "wrote", source) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError("DIR", f"{MANIFEST} cannot be read as JSON ({exc.__class__.__name__}"
                          "): give a directory 'metalslurm backup' wrote", source) from None
     problem = _manifest_problem(manifest)
@@ -342,7 +399,7 @@ def checked_backup(source: Path) -> dict[str, Any]:
                          source)
     for name, entry in manifest["files"].items():
         path = source / str(name)
-        if "/" in str(name) or not isinstance(entry, dict) or not path.is_file():
+        if path.is_symlink() or not path.is_file():
             raise InputError("DIR", f"lacks {name}, which its manifest names: the backup is not "
                              "whole", source)
         try:
@@ -350,14 +407,49 @@ def checked_backup(source: Path) -> dict[str, Any]:
         except OSError as exc:
             raise InputError("DIR", f"{name} cannot be read ({exc.strerror}): give a readable "
                              "backup", source) from None
-        if digest != entry.get("sha256"):
+        if digest != entry["sha256"]:
             raise InputError("DIR", f"{name} is not the file the backup wrote (its SHA-256 "
                              "differs): the backup is damaged; give another", source)
+    problem = trust_problem(source, manifest["files"])
+    if problem:
+        raise InputError("DIR", f"{problem}: a backup is unpacked and loaded as root on the "
+                         "controller; keep it where only its owner can write", source)
     problem = state_archive_problem(source / STATE_FILE)
     if problem:
         raise InputError("DIR", f"{STATE_FILE} {problem}: restore only what 'metalslurm "
                          "backup' wrote", source)
+    if DATABASE_FILE in manifest["files"]:
+        problem = dump_problem(source / DATABASE_FILE)
+        if problem:
+            raise InputError("DIR", f"{DATABASE_FILE} {problem}: restore only what "
+                             "'metalslurm backup' wrote", source)
     return manifest
+
+
+def trust_problem(source: Path, files: Mapping[str, Any]) -> str | None:
+    """Why the backup's directory or a file in it could have been changed by someone else
+    than its owner (this user or root), or None."""
+    me = os.geteuid()
+    for path in [source, *(source / name for name in files), source / MANIFEST]:
+        info = path.stat()
+        if info.st_uid not in (me, 0) or info.st_mode & 0o022:
+            return (f"{path.name if path != source else 'it'} can be written by others than "
+                    f"its owner (mode {stat.S_IMODE(info.st_mode):04o}, uid {info.st_uid})")
+    return None
+
+
+def dump_problem(path: Path) -> str | None:
+    """Why the dump must not be fed to mysql as root: a line that is a mysql client command
+    (``\\!``, ``system``: a shell command on slurmdbd's host), or None."""
+    client_command = re.compile(rb"^\s*(\\!|system\s|\\\.|source\s)", re.IGNORECASE)
+    try:
+        with gzip.open(path, "rb") as dump:
+            for number, line in enumerate(dump, 1):
+                if client_command.match(line):
+                    return f"line {number} is a mysql client command, not SQL"
+    except (OSError, EOFError, zlib.error) as exc:
+        return f"is not readable gzip ({exc})"
+    return None
 
 
 def state_archive_problem(path: Path) -> str | None:
@@ -376,16 +468,47 @@ def state_archive_problem(path: Path) -> str | None:
     return None
 
 
+# Unpacked as SlurmUser (what it could not write, it cannot reach; it makes no device), and
+# refused when anything but files and directories came out (GNU tar reads on past a header
+# Python's tarfile stops at).
 RESTORE_STATE = """set -eu
 state={state}; user={user}
 rm -rf "$state".restore.??????
 new=$(mktemp -d "$state.restore.XXXXXX")
-tar -C "$new" --no-same-owner -xzf -
-chown -R "$user:" "$new"
-chmod --reference="$state" "$new" 2>/dev/null || chmod 0700 "$new"
-if [ -e "$state" ]; then mv "$state" "$state.replaced-{stamp}"; fi
-mv "$new" "$state"
+chown "$user:" "$new"
+chmod 0700 "$new"
+runuser -u "$user" -- tar -C "$new" --no-same-owner --no-same-permissions -xzf -
+odd=$(find "$new" ! -type f ! -type d -print -quit)
+if [ -n "$odd" ]; then
+    rm -rf "$new"; echo "the archive holds ${{odd#"$new"/}}: not a file or directory" >&2; exit 3
+fi
+chmod --reference="$state" "$new" 2>/dev/null || true
+if [ -e "$state" ]; then mv -T "$state" "$state.replaced-{stamp}"; fi
+mv -T "$new" "$state"
 """
+
+
+def _restore_steps(controller: FileShell, dbd: FileShell | None, database: Database | None,
+                   source: Path, ctl: Controller, stamp: str) -> dict[str, float]:
+    # The state first (seconds; one rename), then the database: should this command die
+    # during a long load, the restart timer starts slurmctld on the restored state, and it
+    # keeps what it sends slurmdbd until slurmdbd is back.
+    with slurmctld_stopped(controller, restart_timer=True) as timing:
+        controller.from_file(
+            "bash -c " + shlex.quote(RESTORE_STATE.format(
+                state=shlex.quote(ctl.state_dir), user=shlex.quote(ctl.slurm_user),
+                stamp=stamp)), source / STATE_FILE)
+        if database and dbd:
+            name = database.name.replace("`", "``")
+            dbd.run("systemctl stop slurmdbd")
+            try:
+                dbd.run(f"mysql -e {shlex.quote(f'DROP DATABASE IF EXISTS `{name}`')}")
+                dbd.from_file("bash -c 'set -o pipefail; gunzip -c | mysql --binary-mode'",
+                              source / DATABASE_FILE)
+            finally:
+                dbd.run("systemctl start slurmdbd")
+            wait_for_slurmdbd(dbd, database.port, DBD_WAIT_SECONDS)
+    return timing
 
 
 def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
@@ -424,29 +547,15 @@ def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
             raise BackupError(f"the backup's accounting database is "
                               f"{database_entry.get('name')}, this slurmdbd's is "
                               f"{database.name}: set the same StorageLoc")
-    queue = queue_by_state(controller)
-    if queue and not force:
-        raise BackupError(f"the controller's queue holds {sum(queue.values())} jobs ("
-                          + ", ".join(f"{n} {s}" for s, n in queue.items())
-                          + "), which a restore replaces: cancel them (scancel) or give "
-                          "--force")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    with (controller_lock(controller, _who("restore")),
-          slurmctld_stopped(controller, restart_timer=False) as timing):
-        if database and dbd:
-            name = database.name.replace("`", "``")
-            dbd.run("systemctl stop slurmdbd")
-            try:
-                dbd.run(f"mysql -e {shlex.quote(f'DROP DATABASE IF EXISTS `{name}`')}")
-                dbd.from_file("bash -c 'set -o pipefail; gunzip -c | mysql'",
-                              source / DATABASE_FILE)
-            finally:
-                dbd.run("systemctl start slurmdbd")
-            wait_for_slurmdbd(dbd, database.port)
-        controller.from_file(
-            "bash -c " + shlex.quote(RESTORE_STATE.format(
-                state=shlex.quote(ctl.state_dir), user=shlex.quote(ctl.slurm_user),
-                stamp=stamp)), source / STATE_FILE)
+    with controller_lock(controller, _who("restore")):
+        queue = queue_by_state(controller)
+        if queue and not force:
+            raise BackupError(f"the controller's queue holds {sum(queue.values())} jobs ("
+                              + ", ".join(f"{n} {s}" for s, n in queue.items())
+                              + "), which a restore replaces: cancel them (scancel) or give "
+                              "--force")
+        timing = _restore_steps(controller, dbd, database, source, ctl, stamp)
     restored = queue_by_state(controller)
     log(f"restored cluster {ctl.cluster} from {source} (taken {manifest['taken_at']} on Slurm "
         f"{manifest['slurm_version']}): "
@@ -517,8 +626,9 @@ def run_restore(inventory: Path | None, source: Path, log: Callable[[str], None]
     try:
         restore_backup(controller, dbd, source, manifest, log, force=force)
     except RemoteError as exc:
-        raise BackupError(f"the restore failed: {exc}; slurmctld and slurmdbd were started "
-                          "again; fix the cause and run the restore again") from None
+        raise BackupError(f"the restore failed: {exc}; what it stopped was started again; "
+                          "fix the cause and run the restore again (with --force once the "
+                          "queue holds the backup's jobs)") from None
     finally:
         _closing(controller, dbd)
     return 0

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import getpass
+import gzip
 import io
 import json
 import os
+import shlex
 import socket
 import subprocess
 import tarfile
@@ -41,12 +43,16 @@ echo "scontrol $*" >> "$ROOT/calls"
     "systemctl": ('echo "systemctl $*" >> "$ROOT/calls"\n'
                   '[ "$1 $2" = "stop slurmctld" ] && echo stopped > "$ROOT/ctld"\n'
                   '[ "$1 $2" = "start slurmctld" ] && echo started > "$ROOT/ctld"\n'
-                  '[ "$1" = show ] && echo active\ntrue\n'),
+                  '[ "$1" = show ] && echo active\n'
+                  '[ "$1" = is-active ] && { grep -q started "$ROOT/ctld"; exit; }\ntrue\n'),
+    # As root it would run tar as SlurmUser; here, this user is SlurmUser.
+    "runuser": 'shift 3; exec "$@"\n',
     "systemd-run": 'echo "systemd-run $*" >> "$ROOT/calls"\n',
     "mysqldump": ('echo "mysqldump $* (slurmctld $(cat "$ROOT/ctld"))" >> "$ROOT/calls"\n'
                   '[ -e "$ROOT/dump-fails" ] && { echo "mysqldump: Got error" >&2; exit 2; }\n'
+                  '[ -e "$ROOT/timer-fires" ] && echo started > "$ROOT/ctld"\n'
                   'echo "CREATE DATABASE slurm_acct_db; -- the dump"\n'),
-    "mysql": 'echo "mysql $*" >> "$ROOT/calls"; [ $# -eq 0 ] && cat > "$ROOT/loaded"; true\n',
+    "mysql": 'echo "mysql $*" >> "$ROOT/calls"; [ "$1" = -e ] || cat > "$ROOT/loaded"\n',
 }
 
 
@@ -206,10 +212,18 @@ def test_a_restore_loads_the_database_and_puts_the_state_in_place_keeping_the_ol
     lines: list[str] = []
     b.restore_backup(ctl, ctl, dest, manifest, lines.append)
     calls = [c for c in ctl.calls()[before:] if not c.startswith(("scontrol", "squeue"))]
-    assert calls == ["systemctl stop slurmctld", "systemctl stop slurmdbd",
-                     "mysql -e DROP DATABASE IF EXISTS `slurm_acct_db`", "mysql ",
+    # The restart timer around the stop; the state is in place (it is read below) before the
+    # database is loaded; slurmdbd is waited for before slurmctld starts.
+    assert calls == ["systemctl stop metalslurm-backup-restart.timer",
+                     "systemctl reset-failed metalslurm-backup-restart.timer "
+                     "metalslurm-backup-restart.service",
+                     "systemd-run --quiet --unit=metalslurm-backup-restart --on-active=600 "
+                     "/bin/systemctl start slurmctld",
+                     "systemctl stop slurmctld", "systemctl stop slurmdbd",
+                     "mysql -e DROP DATABASE IF EXISTS `slurm_acct_db`", "mysql --binary-mode",
                      "systemctl start slurmdbd", "systemctl show --property=ActiveState "
-                     "--value slurmdbd", "systemctl start slurmctld"]
+                     "--value slurmdbd", "systemctl start slurmctld",
+                     "systemctl stop metalslurm-backup-restart.timer"]
     assert (ctl.root / "loaded").read_text() == "CREATE DATABASE slurm_acct_db; -- the dump\n"
     assert (state / "job_state").read_bytes() == b"\x00job state\x01"
     assert (state / "hash.3" / "job.13" / "script").read_text() == "#!/bin/sh\nhostname\n"
@@ -360,3 +374,98 @@ def test_the_config_and_release_readers():
     assert b.release_of("24.11.5") == (24, 11) and b.release_of("22.05.8") < (23, 2)
     with pytest.raises(ValueError):
         b.release_of("unknown")
+
+
+def test_a_backup_during_which_slurmctld_came_back_is_not_written(ctl, inventory, tmp_path):
+    """The restart timer fired in the middle of a long copy: the state archived after it
+    would not agree with the dump."""
+    (ctl.root / "timer-fires").touch()
+    with pytest.raises(b.BackupError, match=r"^slurmctld started during the copy \(the restart "
+                       r"timer metalslurm-backup-restart fires after 600 s\): the backup would "
+                       r"not be consistent, and was not written$"):
+        b.take_backup(ctl, ctl, tmp_path / "backup", inventory, print)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctl", "inventory.yml"]
+
+
+def _rewrite(dest: Path, name: str, data: bytes, **manifest_changes: object) -> None:
+    (dest / name).write_bytes(data)
+    manifest = json.loads((dest / b.MANIFEST).read_text())
+    if name in manifest["files"]:
+        manifest["files"][name]["sha256"] = b.sha256_of(dest / name)
+    manifest.update(manifest_changes)
+    (dest / b.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_restore_refuses_what_would_act_as_root_beyond_the_state(ctl, inventory, tmp_path):
+    """A dump that runs a shell command through mysql's client, a manifest whose database
+    and files disagree or that names other files, a directory others can write."""
+    dest = tmp_path / "backup"
+    b.take_backup(ctl, ctl, dest, inventory, print)
+    original = (dest / b.DATABASE_FILE).read_bytes()
+    _rewrite(dest, b.DATABASE_FILE, gzip.compress(b"USE x;\n\\! touch /tmp/owned\n"))
+    code, lines = _main("restore", "-i", str(inventory), str(dest))
+    assert (code, lines) == (2, [f"error: DIR {dest}: {b.DATABASE_FILE} line 2 is a mysql "
+                                 "client command, not SQL: restore only what 'metalslurm "
+                                 "backup' wrote"])
+    _rewrite(dest, b.DATABASE_FILE, original)
+    manifest = json.loads((dest / b.MANIFEST).read_text())
+    _rewrite(dest, b.MANIFEST, (dest / b.MANIFEST).read_bytes(),
+             files={k: v for k, v in manifest["files"].items() if k != b.DATABASE_FILE})
+    code, lines = _main("restore", "-i", str(inventory), str(dest))
+    assert (code, lines) == (2, [f"error: DIR {dest}: {b.MANIFEST} says the database is "
+                                 f"included, and does not name {b.DATABASE_FILE}: give a "
+                                 "directory 'metalslurm backup' wrote"])
+    _rewrite(dest, b.MANIFEST, (dest / b.MANIFEST).read_bytes(),
+             files={**manifest["files"], "../../etc/shadow": {"sha256": "0"}})
+    code, lines = _main("restore", "-i", str(inventory), str(dest))
+    assert (code, lines) == (2, [f"error: DIR {dest}: {b.MANIFEST} names files a backup does "
+                                 "not hold (../../etc/shadow): give a directory 'metalslurm "
+                                 "backup' wrote"])
+    _rewrite(dest, b.MANIFEST, (dest / b.MANIFEST).read_bytes(), files=manifest["files"])
+    dest.chmod(0o770)
+    code, lines = _main("restore", "-i", str(inventory), str(dest))
+    assert (code, lines) == (2, [f"error: DIR {dest}: it can be written by others than its "
+                                 f"owner (mode 0770, uid {os.geteuid()}): a backup is unpacked "
+                                 "and loaded as root on the controller; keep it where only its "
+                                 "owner can write"])
+    dest.chmod(0o700)
+    assert b.checked_backup(dest)["cluster"] == "ms-e2e13b"
+
+
+def test_a_manifest_that_is_a_fifo_or_a_link_is_refused_without_reading(tmp_path, inventory):
+    source = tmp_path / "backup"
+    source.mkdir()
+    os.mkfifo(source / b.MANIFEST)
+    code, lines = _main("restore", "-i", str(inventory), str(source))
+    assert (code, lines) == (2, [f"error: DIR {source}: {b.MANIFEST} cannot be read as JSON "
+                                 "(ValueError): give a directory 'metalslurm backup' wrote"])
+    (source / b.MANIFEST).unlink()
+    (source / b.MANIFEST).symlink_to("/etc/passwd")
+    code, lines = _main("restore", "-i", str(inventory), str(source))
+    assert (code, lines) == (2, [f"error: DIR {source}: {b.MANIFEST} cannot be read as JSON "
+                                 "(OSError): give a directory 'metalslurm backup' wrote"])
+
+
+def test_a_backup_into_a_link_is_refused(tmp_path, inventory):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    code, lines = _main("backup", "-i", str(inventory), str(tmp_path / "link"))
+    assert (code, lines) == (2, [f"error: DIR {tmp_path / 'link'}: is a link or names a "
+                                 "directory through one (or . or ..): give the directory's own "
+                                 "path"])
+
+
+def test_the_controller_refuses_an_archive_with_a_link_whatever_passed_the_check(ctl, tmp_path):
+    """The controller's own check after unpacking (as SlurmUser): a link that came out of
+    the archive (GNU tar reads on where Python's tarfile stopped) is refused, the unpacked
+    directory removed, the state in place untouched."""
+    state = ctl.root / "var" / "slurmctld"
+    archive = tmp_path / "state.tar.gz"
+    _tar(archive, _member("./job_state"),
+         _member("./evil", tarfile.SYMTYPE, linkname="/etc"))
+    script = b.RESTORE_STATE.format(state=state, user=getpass.getuser(), stamp="X")
+    with pytest.raises(b.RemoteError, match=r"the archive holds evil: not a file or "
+                       r"directory"):
+        ctl.from_file("bash -c " + shlex.quote(script), archive)
+    assert (state / "job_state").read_bytes() == b"\x00job state\x01"
+    assert sorted(p.name for p in state.parent.iterdir()) == ["slurmctld"]
