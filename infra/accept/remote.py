@@ -43,7 +43,11 @@ def ssh_options(host_vars: Mapping[str, Any]) -> list[str]:
         options += ["-p", str(host_vars["ansible_port"])]
     if host_vars.get("ansible_ssh_private_key_file"):
         options += ["-i", str(Path(str(host_vars["ansible_ssh_private_key_file"])).expanduser())]
-    return options + shlex.split(str(host_vars.get("ansible_ssh_common_args") or ""))
+    try:
+        return options + shlex.split(str(host_vars.get("ansible_ssh_common_args") or ""))
+    except ValueError as exc:  # an unclosed quote
+        raise RemoteError(f"the inventory's ansible_ssh_common_args cannot be read as ssh's "
+                          f"options ({exc}): fix its quoting") from None
 
 
 class Remote:

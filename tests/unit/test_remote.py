@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.accept import remote
 from infra.accept.remote import Remote
 
 
@@ -55,3 +56,10 @@ def test_a_command_runs_the_same_as_root_or_through_sudo(fake_tools, host_vars, 
     assert len(said) == (2 if through_sudo else 0)
     if through_sudo:
         assert said[0].startswith("-n -H -- sh -c ")
+
+
+def test_ssh_options_that_cannot_be_split_say_so():
+    with pytest.raises(remote.RemoteError, match=r"^the inventory's ansible_ssh_common_args "
+                       r"cannot be read as ssh's options \(No closing quotation\): fix its "
+                       r"quoting$"):
+        remote.ssh_options({"ansible_ssh_common_args": "-o ProxyCommand='ssh bastion"})
