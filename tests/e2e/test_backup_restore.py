@@ -50,6 +50,13 @@ def queue_view(cluster, job: str) -> str:
                        check=False).stdout.strip()
 
 
+def succeeds(cluster, verb: str, dest, said: str) -> None:
+    """'metalslurm backup' or 'restore' with ``dest``: exit 0, its one line matching ``said``."""
+    run = metalslurm(verb, "-i", str(cluster.inventory), str(dest), timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.fullmatch(said, run.stdout.strip()), run.stdout
+
+
 def test_a_controller_made_anew_gets_history_queue_and_usage_back(cluster, tmp_path):
     """alice's finished jobs, bob's held one and the QOS usage are backed up; the controller's
     container is removed and 'local up' makes it anew (none of them there); the restore
@@ -75,13 +82,11 @@ def test_a_controller_made_anew_gets_history_queue_and_usage_back(cluster, tmp_p
         (value := qos_usage(cluster)) != ended and value > 0) and value, timeout=150)
 
     dest = tmp_path / "backup"
-    run = metalslurm("backup", "-i", str(cluster.inventory), str(dest), timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert re.fullmatch(
+    succeeds(cluster, "backup", dest,
         rf"backup of cluster {cluster.name} \(Slurm 24\.11\.\S+\) in {dest}: the accounting "
         r"database slurm_acct_db, slurmctld's state \(1 jobs in the queue\), the inventory; "
         r"\d+ secret files listed, not copied; \d+ KiB; slurmctld stopped \d+\.\d s; "
-        r"\d+\.\d s in all", run.stdout.strip()), run.stdout
+        r"\d+\.\d s in all")
     assert dest.stat().st_mode & 0o777 == 0o700
     assert {p.name: p.stat().st_mode & 0o777 for p in dest.iterdir()} == {
         "accounting.sql.gz": 0o600, "slurmctld-state.tar.gz": 0o600, "inventory.yml": 0o600,
@@ -110,13 +115,11 @@ def test_a_controller_made_anew_gets_history_queue_and_usage_back(cluster, tmp_p
     assert queue_view(cluster, held) == ""
     assert qos_usage(cluster) < usage / 2
 
-    run = metalslurm("restore", "-i", str(cluster.inventory), str(dest), timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert re.fullmatch(
+    succeeds(cluster, "restore", dest,
         rf"restored cluster {cluster.name} from {dest} \(taken \S+ on Slurm 24\.11\.\S+\): "
         r"the accounting database, slurmctld's state \(1 jobs in the queue; the state it "
         r"replaced is in /var/lib/slurm/slurmctld\.replaced-\d{8}T\d{6}Z\); slurmctld "
-        r"stopped \d+\.\d s; \d+\.\d s in all", run.stdout.strip()), run.stdout
+        r"stopped \d+\.\d s; \d+\.\d s in all")
     assert history(cluster, [done, failed]) == before
     assert queue_view(cluster, held) == "PENDING JobHeldUser bob"
     # What decays between the backup and now (PriorityDecayHalfLife 7 days: minutes are
