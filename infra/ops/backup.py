@@ -53,6 +53,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import yaml
+
 from infra.accept.remote import FileShell, Remote, RemoteError, Shell
 from infra.ops.maintain import controller_lock
 from infra.stack.inputs import InputError
@@ -272,6 +274,38 @@ def _checked_destination(dest: Path) -> None:
                          "another directory", dest)
 
 
+# Connection passwords Ansible reads from an inventory (a hand-written one may hold them):
+# never carried into a backup.
+_PASSWORD_VARS = re.compile(r"^ansible(_become|_ssh|_sudo|_su)?_pass(word)?$")
+
+
+def write_inventory_copy(inventory: Path, dest: Path) -> list[str]:
+    """The inventory, without the connection passwords it may hold, into ``dest`` (0600);
+    where each removed one was (``all.hosts.ctl.ansible_become_password``)."""
+    from infra.ops.inventory_file import load_inventory
+
+    removed: list[str] = []
+
+    def clean(value: Any, where: str) -> Any:
+        if isinstance(value, dict):
+            kept = {}
+            for key, item in value.items():
+                if isinstance(key, str) and _PASSWORD_VARS.match(key):
+                    removed.append(f"{where}.{key}".lstrip("."))
+                else:
+                    kept[key] = clean(item, f"{where}.{key}")
+            return kept
+        if isinstance(value, list):
+            return [clean(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return value
+
+    document = clean(load_inventory(inventory, "--inventory"), "")
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(document, handle, sort_keys=False)
+    return removed
+
+
 def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, inventory: Path,
                 log: Callable[[str], None]) -> dict[str, Any]:
     """The backup into ``dest`` (written in a directory beside it, renamed at the end: a
@@ -296,7 +330,7 @@ def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, invent
                 raise BackupError(f"slurmctld started during the copy (the restart timer "
                                   f"{RESTART_UNIT} fires after {RESTART_AFTER_SECONDS} s): the "
                                   "backup would not be consistent, and was not written")
-        shutil.copyfile(inventory, part / INVENTORY_COPY)
+        removed = write_inventory_copy(inventory, part / INVENTORY_COPY)
         secrets = secret_listing(controller)
         if dbd and shell_name(dbd) != shell_name(controller):
             secrets += secret_listing(dbd)
@@ -313,6 +347,7 @@ def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, invent
                           "included": database.local}),
             "slurmctld_stopped_seconds": round(timing["stopped"], 1),
             "queue": queue, "files": files,
+            "inventory_secrets_removed": removed,
             "secrets_not_copied": secrets,
         }
         (part / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -328,7 +363,8 @@ def take_backup(controller: FileShell, dbd: FileShell | None, dest: Path, invent
         + (f"the accounting database {database.name}, " if database and database.local else
            "no accounting database (" + ("it is external: back it up where it runs"
                                          if database else "no slurmdbd") + "), ")
-        + f"slurmctld's state ({sum(queue.values())} jobs in the queue), the inventory; "
+        + f"slurmctld's state ({sum(queue.values())} jobs in the queue), the inventory"
+        + (f" (without its {len(removed)} connection passwords)" if removed else "") + "; "
         f"{len(secrets)} secret files listed, not copied; {size / 1024:.0f} KiB; slurmctld "
         f"stopped {timing['stopped']:.1f} s; {time.monotonic() - started:.1f} s in all")
     return manifest

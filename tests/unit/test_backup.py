@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra import cli
 from infra.ops import backup as b
@@ -469,3 +470,26 @@ def test_the_controller_refuses_an_archive_with_a_link_whatever_passed_the_check
         ctl.from_file("bash -c " + shlex.quote(script), archive)
     assert (state / "job_state").read_bytes() == b"\x00job state\x01"
     assert sorted(p.name for p in state.parent.iterdir()) == ["slurmctld"]
+
+
+def test_the_inventory_copy_leaves_connection_passwords_out(ctl, tmp_path):
+    """A hand-written inventory may hold a sudo or SSH password: the backup, kept off-site,
+    must not carry it (the manifest says where each was)."""
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(
+        "all:\n  vars: {ansible_become_password: hunter2-group, metalslurm_cluster_name: x}\n"
+        "  hosts:\n    ctl: {ansible_host: 10.0.0.10, ansible_password: hunter2-ssh,\n"
+        "          ansible_become_pass: hunter2-sudo, ansible_user: debian}\n"
+        "  children:\n    slurm_controller: {hosts: {ctl: {}}}\n")
+    lines: list[str] = []
+    manifest = b.take_backup(ctl, ctl, tmp_path / "backup", inventory, lines.append)
+    assert manifest["inventory_secrets_removed"] == [
+        "all.vars.ansible_become_password", "all.hosts.ctl.ansible_password",
+        "all.hosts.ctl.ansible_become_pass"]
+    copy = yaml.safe_load((tmp_path / "backup" / b.INVENTORY_COPY).read_text())
+    assert copy == {"all": {"vars": {"metalslurm_cluster_name": "x"},
+                            "hosts": {"ctl": {"ansible_host": "10.0.0.10",
+                                              "ansible_user": "debian"}},
+                            "children": {"slurm_controller": {"hosts": {"ctl": {}}}}}}
+    assert all(b"hunter2" not in p.read_bytes() for p in (tmp_path / "backup").iterdir())
+    assert "the inventory (without its 3 connection passwords);" in lines[0]
