@@ -61,8 +61,9 @@ def test_a_controller_made_anew_gets_history_queue_and_usage_back(cluster, tmp_p
     """alice's finished jobs, bob's held one and the QOS usage are backed up; the controller's
     container is removed and 'local up' makes it anew (none of them there); the restore
     brings each back exactly, and bob's job, released, runs."""
-    done = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap=true")
-    failed = cluster.submit("alice", "--nodelist=gpu-002 --time=5 --wrap='exit 3'")
+    # Each runs some seconds: usage is counted in whole seconds, and a job of none adds none.
+    done = cluster.submit("alice", "--nodelist=gpu-001 --time=5 --wrap='sleep 3'")
+    failed = cluster.submit("alice", "--nodelist=gpu-002 --time=5 --wrap='sleep 3; exit 3'")
     held = cluster.submit("bob", "--hold --nodelist=gpu-002 --time=5 --wrap=hostname")
     for job, state in ((done, "COMPLETED"), (failed, "FAILED")):
         assert cluster.wait_until_done(job) == state
