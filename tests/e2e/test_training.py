@@ -406,6 +406,16 @@ def requeued(cluster, job: str, directory: str, restarts: int) -> bool:
     return info.get("JobState") == "PENDING" and info.get("Restarts") == str(restarts)
 
 
+def ended_otherwise(cluster, job: str, state: str, text: str) -> str:
+    """Why a job did not complete, the facts first (a log's tail shows a message's first
+    lines): every run's and step's row in sacct, then the last lines of its output."""
+    steps = cluster.ctl(f"sacct --duplicates --noheader --parsable2 --jobs={job} "
+                        "--format=JobID,State,ExitCode,Start,End,NodeList", check=False).stdout
+    tail = text.splitlines()[-15:]
+    return "\n".join([f"job {job} ended {state}; sacct (JobID|State|ExitCode|Start|End|Nodes):",
+                      *steps.splitlines(), "the output's last lines:", *tail])
+
+
 @pytest.fixture(scope="module")
 def spot_run(cluster, train_env):
     """The spot-safe example on gpu-001/002, with its afternotok follow-up: requeued by
@@ -439,7 +449,7 @@ def spot_run(cluster, train_env):
 
 def test_spot_safe_training_completes_after_two_stops(cluster, spot_run):
     job, _, state, text, _ = spot_run
-    assert state == "COMPLETED", text[-3000:]
+    assert state == "COMPLETED", ended_otherwise(cluster, job, state, text)
     rows = cluster.sacct_rows(job, "State,NodeList", duplicates=True)
     assert rows == [["REQUEUED", STATIC], ["REQUEUED", STATIC], ["COMPLETED", STATIC]], rows
     assert re.findall(r"^run (\d) of job \d+ on (\S+)$", text, re.M) == [
