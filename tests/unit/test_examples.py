@@ -37,7 +37,21 @@ esac
 SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$CALLS"
 [[ "$*" == "show hostnames gpu-[001-002]" ]] && printf 'gpu-001\\ngpu-002\\n'
+if [[ "$*" == "show job $SLURM_JOB_ID" ]]; then
+    # A slurmctld too busy to answer the first $SCONTROL_TIMEOUTS times.
+    asked=$(grep -c "^scontrol show job" "$CALLS")
+    if (( asked <= ${SCONTROL_TIMEOUTS:-0} )); then
+        echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2
+        exit 1
+    fi
+    echo "JobId=$SLURM_JOB_ID JobName=x"
+    echo "   Command=$SUBMITTED_SCRIPT"
+fi
 exit 0
+"""
+# sleep: recorded, not slept.
+SLEEP = """#!/bin/bash
+echo "sleep $*" >> "$CALLS"
 """
 
 
@@ -45,7 +59,7 @@ exit 0
 def slurm(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+    for name, text in (("srun", SRUN), ("scontrol", SCONTROL), ("sleep", SLEEP)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls"
@@ -81,6 +95,31 @@ def test_a_job_script_run_outside_slurm_says_to_submit_it_with_sbatch(slurm, scr
     assert result.stderr.startswith(
         "metalslurm-example: not inside a Slurm job: submit this script with sbatch"), result.stderr
     assert slurm.calls() == []
+
+
+def test_a_job_script_finds_its_directory_through_a_busy_slurmctld(slurm):
+    """Slurm runs a copy of the script: its own directory (for lib/) comes from the job's
+    Command, asked again while slurmctld times out."""
+    result = slurm("spot-safe.sbatch", METALSLURM_EXAMPLES=None, SCONTROL_TIMEOUTS="2",
+                   SLURM_SUBMIT_DIR="/nonexistent", SLURM_JOB_NAME="spot-train",
+                   SUBMITTED_SCRIPT=str(EXAMPLES / "spot-safe.sbatch"))
+    # lib/preflight.sh was found and ran: it stops at the next need, DATA.
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ("metalslurm-example: DATA is not set: give a text file to train on "
+                             "(sbatch --export=ALL,DATA=...)\n")
+    assert slurm.calls() == ["scontrol show job 42", "sleep 5", "scontrol show job 42",
+                             "sleep 5", "scontrol show job 42"]
+
+
+def test_a_job_script_whose_slurmctld_never_answers_says_what_to_set(slurm):
+    result = slurm("spot-safe.sbatch", METALSLURM_EXAMPLES=None, SCONTROL_TIMEOUTS="99",
+                   SUBMITTED_SCRIPT=str(EXAMPLES / "spot-safe.sbatch"))
+    assert result.returncode == 2
+    assert result.stderr == (
+        "metalslurm-example: no lib/preflight.sh in '' (from scontrol show job 42): set "
+        "METALSLURM_EXAMPLES to the examples' directory (sbatch --export=ALL,"
+        "METALSLURM_EXAMPLES=...)\n")
+    assert slurm.calls() == ["scontrol show job 42", "sleep 5"] * 6
 
 
 @pytest.mark.parametrize("script", GPU_SCRIPTS)
