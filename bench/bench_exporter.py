@@ -126,14 +126,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scontrol": node_lines(args.nodes),
         "squeue": job_lines(args.jobs),
         "sdiag": (RECORDED / "sdiag.json").read_text(),
+        "config": (RECORDED / "scontrol-show-config.txt").read_text(),
         "sshare": (RECORDED / "sshare.json").read_text(),
         "sacct": sacct_lines(2000),
     }
     calls: list[str] = []
 
     def runner(argv: Sequence[str], timeout: float):
-        calls.append(Path(argv[0]).name)
-        return exporter_mod.Completed(0, outputs[Path(argv[0]).name], "")
+        name = "config" if list(argv[-2:]) == ["show", "config"] else Path(argv[0]).name
+        calls.append(name)
+        return exporter_mod.Completed(0, outputs[name], "")
 
     clock_now = [(NOW - timedelta(minutes=10)).timestamp()]
     exporter = exporter_mod.Exporter(runner=runner, clock=lambda: clock_now[0])

@@ -280,6 +280,71 @@ def prometheus_query(cluster, query: str, at: float | None = None) -> list[dict]
     return out["data"]["result"]
 
 
+def dbd_queue(cluster) -> int:
+    """sdiag's DBD Agent queue size: the records slurmctld holds for slurmdbd."""
+    out = cluster.ctl("sdiag").stdout
+    return int(re.search(r"^DBD Agent queue size:\s+(\d+)$", out, re.M).group(1))
+
+
+def exported_dbd_queue(cluster) -> float | None:
+    return value(metrics(cluster), "slurm_dbd_agent_queue_size")
+
+
+def test_accounting_records_wait_in_slurmctld_while_slurmdbd_is_away(cluster):
+    """slurmdbd stopped while three of alice's jobs run and end: slurmctld holds their records
+    (sdiag's DBD Agent queue; the exporter's metric is the same number), keeps them across its
+    own restart, Prometheus has SlurmAccountingBacklog pending; slurmdbd back, the queue drains
+    and sacct has the three jobs. The limit the exporter reports is Slurm's MaxDBDMsgs, by
+    default 2 x MaxJobCount + 4 x nodes."""
+    config = cluster.ctl("scontrol show config").stdout
+    setting = {k: int(v) for k, v in re.findall(r"^(MaxJobCount|MaxDBDMsgs)\s+=\s+(\d+)$",
+                                                config, re.M)}
+    nodes = len(cluster.ctl("scontrol --oneliner show nodes").stdout.splitlines())
+    assert setting["MaxDBDMsgs"] == max(10000, 2 * setting["MaxJobCount"] + 4 * nodes), setting
+    wait_for("the exporter to report an empty accounting queue and its limit",
+             lambda: exported_dbd_queue(cluster) == 0 and value(
+                 metrics(cluster), "slurm_dbd_agent_queue_limit") == setting["MaxDBDMsgs"],
+             timeout=60)
+    jobs: list[str] = []
+    try:
+        cluster.ctl("systemctl stop slurmdbd")
+        jobs = [cluster.submit("alice", "--nodelist=gpu-001 --time=2 --wrap=true")
+                for _ in range(3)]
+        for job in jobs:
+            wait_for(f"job {job} to complete", lambda j=job: re.search(
+                r"JobState=COMPLETED", cluster.ctl(f"scontrol show job {j}").stdout), timeout=120)
+        held = dbd_queue(cluster)
+        assert held > 0
+        # Read again until the exporter's last refresh saw the same queue (nothing else is
+        # being recorded meanwhile).
+        wait_for(f"the exporter to report the {held} held records",
+                 lambda: exported_dbd_queue(cluster) == dbd_queue(cluster), timeout=60)
+        held = dbd_queue(cluster)
+        refused = cluster.ctl(f"sacct --noheader --jobs={jobs[0]}", check=False)
+        assert refused.returncode != 0, refused.stdout
+        # slurmctld saves its queue when it stops and reads it back (dbd.messages in
+        # StateSaveLocation).
+        cluster.ctl("systemctl restart slurmctld")
+        wait_for("slurmctld to answer again", lambda: cluster.ctl(
+            "scontrol ping", check=False).stdout.count("UP") >= 1, timeout=60)
+        assert dbd_queue(cluster) >= held
+        pending = wait_for("SlurmAccountingBacklog to be pending in Prometheus", lambda: [
+            a for a in prometheus_query(cluster, 'ALERTS{alertname="SlurmAccountingBacklog"}')
+            if a["metric"]["alertstate"] == "pending"], timeout=90)
+        assert pending[0]["metric"]["node"] == "ctl"
+    finally:
+        cluster.ctl("systemctl start slurmdbd")
+    wait_for("slurmctld to send slurmdbd every held record", lambda: dbd_queue(cluster) == 0,
+             timeout=120)
+    rows = wait_for("sacct to list the three jobs", lambda: (lambda r: len(r) == 3 and r)(
+        cluster.ctl(f"sacct --allocations --noheader --parsable2 --jobs={','.join(jobs)} "
+                    "--format=JobID,User,Account,State,NodeList").stdout.splitlines()),
+        timeout=60)
+    assert sorted(rows) == sorted(f"{job}|alice|team-a|COMPLETED|gpu-001" for job in jobs)
+    wait_for("the exporter to report the queue empty again",
+             lambda: exported_dbd_queue(cluster) == 0, timeout=60)
+
+
 def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster):
     """The prolog/epilog (roles/monitoring_node) on gpu-001's fake GPUs, their UUIDs from a
     STAND-IN nvidia-smi replaying the DGX H100 fixture; the job's series reach Prometheus

@@ -62,7 +62,7 @@ class FakeSlurm:
     def command_of(argv: Sequence[str]) -> str:
         name = Path(argv[0]).name
         if name == "scontrol":
-            return "nodes"
+            return "config" if "config" in argv else "nodes"
         if name == "squeue":
             return "jobs"
         return name + ("_json" if "--json" in argv else "")
@@ -94,6 +94,7 @@ def local_cluster(**over: Answer) -> FakeSlurm:
         "jobs": recorded("local-24.11/squeue.txt"),
         "sdiag_json": recorded("local-24.11/sdiag.json"),
         "sdiag": recorded("local-24.11/sdiag.txt"),
+        "config": recorded("local-24.11/scontrol-show-config.txt"),
         "sshare_json": recorded("local-24.11/sshare.json"),
         "sshare": recorded("local-24.11/sshare.txt"),
         "sacct": recorded("local-24.11/sacct.txt"),
@@ -108,6 +109,7 @@ def single(release: str, moment: str, **over: Answer) -> FakeSlurm:
         "nodes": recorded(f"single-{release}/scontrol-show-nodes-{moment}.txt"),
         "jobs": recorded(f"single-{release}/squeue-{moment}.txt"),
         "sdiag": recorded(f"single-{release}/sdiag-{moment}.txt"),
+        "config": recorded(f"single-{release}/scontrol-show-config.txt"),
         "sshare": "",
     }
     answers.update(over)
@@ -414,12 +416,13 @@ def test_squeue_format_fields_are_cut_by_nothing():
 def sdiag_metrics(exporter) -> Samples:
     # sdiag's own RPC is counted between the two recorded calls: left out of the comparison
     return {k: v for k, v in samples(exporter).items()
-            if k[0].startswith(("slurm_scheduler", "slurm_rpc"))
+            if k[0].startswith(("slurm_scheduler", "slurm_rpc", "slurm_dbd"))
             and ("type", "REQUEST_STATS_INFO") not in k[1]}
 
 
 @pytest.mark.parametrize("text, json_", [
     ("local-24.11/sdiag.txt", "local-24.11/sdiag.json"),
+    ("local-24.11/sdiag-dbd-away.txt", "local-24.11/sdiag-dbd-away.json"),
     ("single-24.11/sdiag-running.txt", "single-24.11/sdiag-running.json")])
 def test_sdiag_text_and_json_agree(text, json_):
     from_text = refreshed(FakeSlurm(nodes="", jobs="", sdiag=recorded(text), sshare=""))
@@ -445,6 +448,37 @@ def test_sdiag_values(name, labels, expected):
     exporter = refreshed(FakeSlurm(nodes="", jobs="", sdiag=recorded("local-24.11/sdiag.txt"),
                                    sshare=""))
     assert value(exporter, name, **labels) == pytest.approx(expected)
+
+
+def test_accounting_queue_and_its_limit_while_slurmdbd_is_away():
+    """slurmdbd stopped on the local cluster: 22 records held; MaxDBDMsgs 20016 (2 x
+    MaxJobCount 10000 + 4 x its 4 nodes)."""
+    exporter = refreshed(local_cluster(sdiag_json=recorded("local-24.11/sdiag-dbd-away.json")))
+    assert value(exporter, "slurm_dbd_agent_queue_size") == 22
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20016
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 1
+
+
+def test_accounting_queue_is_empty_while_slurmdbd_keeps_up():
+    exporter = refreshed(local_cluster())
+    assert value(exporter, "slurm_dbd_agent_queue_size") == 0
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20016
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_no_queue_limit_is_reported_without_slurmdbd(release):
+    """Without slurmdbd Slurm prints MaxDBDMsgs = 0 on both releases: no limit, not 0."""
+    exporter = refreshed(single(release, "running"))
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 1
+    assert value(exporter, "slurm_dbd_agent_queue_limit") is None
+    assert value(exporter, "slurm_dbd_agent_queue_size") == 0
+
+
+def test_unreadable_config_is_a_failed_command_and_reports_no_limit():
+    exporter = refreshed(local_cluster(config="slurm_load_ctl_conf: nothing\n"))
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 0
+    assert value(exporter, "slurm_dbd_agent_queue_limit") is None
+    assert value(exporter, "slurm_dbd_agent_queue_size") == 0
 
 
 def test_sdiag_text_22_05_rpcs():
@@ -633,7 +667,7 @@ def test_timed_out_command_sets_up_to_0(caplog):
     exporter = refreshed(local_cluster(jobs=subprocess.TimeoutExpired("squeue", 10)))
     assert value(exporter, "slurm_up") == 0
     assert series(exporter, "slurm_exporter_command_up", "command") == {
-        "nodes": 1, "jobs": 0, "sdiag": 1, "sshare": 1, "sacct": 1}
+        "nodes": 1, "jobs": 0, "sdiag": 1, "config": 1, "sshare": 1, "sacct": 1}
     assert "timed out after 10s" in caplog.text and caplog.text.count("failed") == 1
 
 
@@ -674,11 +708,11 @@ def test_all_answered():
         exporter_mod.COMMANDS, 1)
 
 
-def test_one_refresh_runs_at_most_five_commands():
+def test_one_refresh_runs_at_most_six_commands():
     slurm = local_cluster()
     exporter = refreshed(slurm)
     exporter.refresh()
-    assert len(slurm.calls) == 2 * 5
+    assert len(slurm.calls) == 2 * 6
 
 
 def test_before_the_first_refresh():
@@ -735,7 +769,7 @@ def test_refresh_loop_waits_min_interval_between_refreshes():
     stop.set()
     loop.join(5)
     assert not loop.is_alive()
-    assert len(slurm.calls) == 5
+    assert len(slurm.calls) == len(exporter_mod.COMMANDS) == 6
 
 
 def test_commands_come_from_bin_dir(tmp_path):
