@@ -46,6 +46,11 @@ if [[ "$*" == "show job $SLURM_JOB_ID" ]]; then
     fi
     echo "JobId=$SLURM_JOB_ID JobName=x"
     echo "   Command=$SUBMITTED_SCRIPT"
+    # An array's other tasks (scontrol show job <array id> prints every one): more than a
+    # pipe holds, so a reader that stops early kills scontrol with SIGPIPE.
+    for (( i = 0; i < ${SCONTROL_MORE_JOBS:-0}; i++ )); do
+        printf 'JobId=%s ArrayTaskId=%s\\n   Command=%s\\n' "$i" "$i" "$SUBMITTED_SCRIPT"
+    done
 fi
 exit 0
 """
@@ -109,6 +114,19 @@ def test_a_job_script_finds_its_directory_through_a_busy_slurmctld(slurm):
                              "(sbatch --export=ALL,DATA=...)\n")
     assert slurm.calls() == ["scontrol show job 42", "sleep 5", "scontrol show job 42",
                              "sleep 5", "scontrol show job 42"]
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in EXAMPLES.glob("*.sbatch")))
+def test_a_job_script_of_a_large_array_reads_its_directory_once(slurm, script):
+    """The array's last task to start has the array's id: scontrol lists every task (here
+    2,000, about 150 kB); the first Command is read, once, and the script goes on to its own
+    checks."""
+    result = slurm(script, METALSLURM_EXAMPLES=None, SCONTROL_MORE_JOBS="2000",
+                   SUBMITTED_SCRIPT=str(EXAMPLES / script), SLURM_SUBMIT_DIR="/nonexistent",
+                   SLURM_JOB_NAME="x")
+    assert "lib/preflight.sh" not in result.stderr, result.stderr
+    calls = slurm.calls()
+    assert calls.count("scontrol show job 42") == 1 and "sleep 5" not in calls, calls
 
 
 def test_a_job_script_whose_slurmctld_never_answers_says_what_to_set(slurm):

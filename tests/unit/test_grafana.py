@@ -207,10 +207,11 @@ def exposed(text: str) -> set[str]:
 RECORDED_CLUSTERS = [
     {"scontrol": "local-24.11/scontrol-show-nodes.txt", "squeue": "local-24.11/squeue.txt",
      "sdiag --json": "local-24.11/sdiag.json", "sshare --json": "local-24.11/sshare.json",
-     "sacct": "local-24.11/sacct.txt"},
+     "sacct": "local-24.11/sacct.txt", "scontrol config": "local-24.11/scontrol-show-config.txt"},
     {"scontrol": "single-24.11/scontrol-show-nodes-running.txt",
      "squeue": "single-24.11/squeue-running.txt",
-     "sdiag --json": "single-24.11/sdiag-running.json"},
+     "sdiag --json": "single-24.11/sdiag-running.json",
+     "scontrol config": "single-24.11/scontrol-show-config.txt"},
 ]
 
 
@@ -222,7 +223,8 @@ def exporter_series() -> set[str]:
     found: set[str] = set()
     for files in RECORDED_CLUSTERS:
         def runner(argv: Sequence[str], timeout: float, files: dict[str, str] = files) -> Any:
-            key = Path(argv[0]).name + (" --json" if "--json" in argv else "")
+            key = Path(argv[0]).name + (" --json" if "--json" in argv else
+                                        " config" if argv[-1] == "config" else "")
             if key in files:
                 return exporter.Completed(0, (RECORDED / files[key]).read_text(), "")
             if "--json" in argv:  # as Slurm 22.05 answers: the exporter asks for text

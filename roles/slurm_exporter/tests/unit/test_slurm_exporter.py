@@ -587,6 +587,42 @@ def test_gpu_seconds_counts_each_requeued_run():
         "team-b": 16 * (5400 + 7200), "team-a": 1800, "root": 0}
 
 
+def test_records_slurmdbd_takes_late_are_counted_after_an_outage():
+    """slurmdbd away: slurmctld holds 22 records, so the window stays at the exporter's start;
+    an hour later slurmdbd has them, one of a job that ended at 10:05 (well before the margin):
+    it is counted."""
+    slurm = local_cluster(sdiag_json=recorded("local-24.11/sdiag-dbd-away.json"), sacct="")
+    exporter = refreshed(slurm)
+    assert exporter.sacct_start == STARTED
+    exporter.clock.now += 3600
+    slurm.answers["sdiag_json"] = recorded("local-24.11/sdiag.json")
+    slurm.answers["sacct"] = ("18|team-b|600|billing=1,cpu=1,gres/gpu:h100=4,gres/gpu=4,node=1|"
+                              "2026-11-26T10:05:00|COMPLETED\n")
+    exporter.refresh()
+    assert value(exporter, "slurm_account_gpu_seconds_total", account="team-b") == 2400
+    assert exporter.sacct_start == LOCAL_NOW + 3600 - exporter_mod.SACCT_MARGIN_SECONDS
+
+
+def test_sdiag_without_the_accounting_queue_reports_none():
+    """A Slurm whose sdiag does not print the queue: no metric, rather than a 0 that would
+    keep the accounting alerts quiet whatever happens."""
+    text = "".join(line for line in recorded("local-24.11/sdiag.txt").splitlines(keepends=True)
+                   if not line.startswith("DBD Agent queue size"))
+    exporter = refreshed(local_cluster(sdiag_json=None, sdiag=text))
+    assert value(exporter, "slurm_exporter_command_up", command="sdiag") == 1
+    assert value(exporter, "slurm_scheduler_threads") == 1
+    assert value(exporter, "slurm_dbd_agent_queue_size") is None
+
+
+def test_a_failed_config_keeps_the_last_limit():
+    slurm = local_cluster()
+    exporter = refreshed(slurm)
+    slurm.answers["config"] = subprocess.TimeoutExpired("scontrol", 10)
+    exporter.refresh()
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 0
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20016
+
+
 def test_sacct_window():
     """From the exporter's start, then from a margin before the last successful ask."""
     slurm = local_cluster()

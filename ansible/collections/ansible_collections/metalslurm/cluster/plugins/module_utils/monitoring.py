@@ -46,7 +46,7 @@ STACK_NAMES = {
 PORTS = {"prometheus": 9090, "alertmanager": 9093, "node_exporter": 9100, "slurm_exporter": 9341,
          "dcgm_exporter": 9400}
 # The Slurm exporter asks Slurm at most once per exporter_interval; below this it would
-# cost slurmctld more than it tells (5 Slurm commands per refresh).
+# cost slurmctld more than it tells (6 Slurm commands per refresh).
 MIN_EXPORTER_INTERVAL = 5
 # Xid errors the GPU alert fires on: the health checker's list (roles/slurm_health's
 # metalslurm-health DEFAULT_CRITICAL_XIDS is their owner; tests/unit/test_setting_owners.py
