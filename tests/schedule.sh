@@ -15,8 +15,8 @@
 # the scale lab (its own container). LANE_B names lane b's modules: about half of the Debian
 # 13 modules' time (the per-module figures the runs print, with the CPU-seconds they keep
 # the machine busy); a module that names lane a's addresses stays in lane a. The module of
-# machines made anew (its own small cluster, from lane a's prepared images) runs last in
-# lane b. Lane a prints as it goes; the others' logs follow it.
+# machines made anew and the backup controller's (each its own small cluster, from lane
+# a's prepared images) run last in lane b. Lane a prints as it goes; the others' logs follow it.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -31,7 +31,8 @@ marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
         tests/e2e/test_backup_restore.py
-        tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py)
+        tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py
+        tests/e2e/test_failover.py)
 rented=tests/e2e/test_rented_servers.py
 power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py

@@ -524,12 +524,28 @@ mv -T "$new" "$state"
 """
 
 
+@contextlib.contextmanager
+def standby_stopped(standby: Shell | None) -> Iterator[None]:
+    """The backup controller's slurmctld (if the cluster has one) stopped for the block and
+    started again after it: it must not take over, on the state being replaced, while the
+    controller's slurmctld is stopped longer than SlurmctldTimeout (a long database load)."""
+    if standby is None:
+        yield
+        return
+    standby.run("systemctl stop slurmctld")
+    try:
+        yield
+    finally:
+        standby.run("systemctl start slurmctld")
+
+
 def _restore_steps(controller: FileShell, dbd: FileShell | None, database: Database | None,
-                   source: Path, ctl: Controller, stamp: str) -> dict[str, float]:
+                   source: Path, ctl: Controller, stamp: str,
+                   standby: Shell | None = None) -> dict[str, float]:
     # The state first (seconds; one rename), then the database: should this command die
     # during a long load, the restart timer starts slurmctld on the restored state, and it
     # keeps what it sends slurmdbd until slurmdbd is back.
-    with slurmctld_stopped(controller, restart_timer=True) as timing:
+    with standby_stopped(standby), slurmctld_stopped(controller, restart_timer=True) as timing:
         controller.from_file(
             "bash -c " + shlex.quote(RESTORE_STATE.format(
                 state=shlex.quote(ctl.state_dir), user=shlex.quote(ctl.slurm_user),
@@ -549,7 +565,7 @@ def _restore_steps(controller: FileShell, dbd: FileShell | None, database: Datab
 
 def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
                    manifest: Mapping[str, Any], log: Callable[[str], None],
-                   force: bool = False) -> None:
+                   force: bool = False, standby: Shell | None = None) -> None:
     """The backup ``source`` (checked: :func:`checked_backup`) onto the cluster's controller
     (and slurmdbd's host)."""
     started = time.monotonic()
@@ -591,7 +607,7 @@ def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
                               + ", ".join(f"{n} {s}" for s, n in queue.items())
                               + "), which a restore replaces: cancel them (scancel) or give "
                               "--force")
-        timing = _restore_steps(controller, dbd, database, source, ctl, stamp)
+        timing = _restore_steps(controller, dbd, database, source, ctl, stamp, standby)
     restored = queue_by_state(controller)
     log(f"restored cluster {ctl.cluster} from {source} (taken {manifest['taken_at']} on Slurm "
         f"{manifest['slurm_version']}): "
@@ -601,7 +617,9 @@ def restore_backup(controller: FileShell, dbd: FileShell | None, source: Path,
         f"{timing['stopped']:.1f} s; {time.monotonic() - started:.1f} s in all")
 
 
-def _shells(inventory: Path) -> tuple[Remote, Remote | None]:
+def _shells(inventory: Path) -> tuple[Remote, Remote | None, Remote | None]:
+    """The controller's, slurmdbd host's and backup controller's shells (None: no such
+    host)."""
     from infra.ops.inventory_file import INVENTORY_FILE, group_hosts, load_inventory
 
     document = load_inventory(inventory, "--inventory")
@@ -617,13 +635,16 @@ def _shells(inventory: Path) -> tuple[Remote, Remote | None]:
         return Remote(name, {**all_vars, **(hosts.get(name) or {})})
 
     controller = remote(controllers[0])
+    backups = group_hosts(document, "slurm_controller_backup")
+    standby = remote(backups[0]) if backups else None
     if not dbd_hosts:
-        return controller, None
-    return controller, controller if dbd_hosts[0] == controllers[0] else remote(dbd_hosts[0])
+        return controller, None, standby
+    return (controller, controller if dbd_hosts[0] == controllers[0] else remote(dbd_hosts[0]),
+            standby)
 
 
-def _closing(controller: Remote, dbd: Remote | None) -> None:
-    for shell in {id(s): s for s in (controller, dbd) if s is not None}.values():
+def _closing(*shells: Remote | None) -> None:
+    for shell in {id(s): s for s in shells if s is not None}.values():
         shell.close()
 
 
@@ -642,13 +663,15 @@ def run_backup(inventory: Path | None, dest: Path, log: Callable[[str], None]) -
         _checked_inventory(inventory)
     checked_destination(dest)
     inventory = _checked_inventory(inventory)
-    controller, dbd = _shells(inventory)
+    # The backup controller's slurmctld stays up: slurmctld is stopped here for about a
+    # second, far below SlurmctldTimeout, after which the backup would take over.
+    controller, dbd, standby = _shells(inventory)
     try:
         take_backup(controller, dbd, dest, inventory, log)
     except RemoteError as exc:
         raise BackupError(f"the backup failed, and nothing was written: {exc}") from None
     finally:
-        _closing(controller, dbd)
+        _closing(controller, dbd, standby)
     return 0
 
 
@@ -658,13 +681,13 @@ def run_restore(inventory: Path | None, source: Path, log: Callable[[str], None]
         _checked_inventory(inventory)
     manifest = checked_backup(source)
     inventory = _checked_inventory(inventory)
-    controller, dbd = _shells(inventory)
+    controller, dbd, standby = _shells(inventory)
     try:
-        restore_backup(controller, dbd, source, manifest, log, force=force)
+        restore_backup(controller, dbd, source, manifest, log, force=force, standby=standby)
     except RemoteError as exc:
         raise BackupError(f"the restore failed: {exc}; what it stopped was started again; "
                           "fix the cause and run the restore again (with --force once the "
                           "queue holds the backup's jobs)") from None
     finally:
-        _closing(controller, dbd)
+        _closing(controller, dbd, standby)
     return 0

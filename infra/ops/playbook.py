@@ -46,6 +46,8 @@ def _without_sackd() -> list[str]:
 ROLE_SERVICES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "munge": (("munge", None),),
     "slurm_controller": (("slurmctld", None),),
+    # In backup mode while the controller answers (group slurm_controller_backup).
+    "slurm_backup_controller": (("slurmctld", None),),
     # Elastic nodes too, whenever they are up (the verify suite skips powered-down ones).
     "slurm_compute": (("slurmd", None),),
     "slurmdbd": (("slurmdbd", None),

@@ -36,6 +36,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils import (
     slurm_leaving,
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_defaults import (
+    HA_STATE_MOUNT,  # where both controllers share slurmctld's state (backup controller)
     SLURM_GID,  # the slurm group on every node (roles/common)
 )
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_upgrade import (
@@ -65,7 +66,9 @@ from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_t
 from infra.providers.prepared import hold, kind_of, release
 from infra.stack.config import ClusterConfig
 from infra.stack.inventory import (
+    BACKUP_GROUP,
     NodeSpec,
+    backup_controller_specs,
     build_inventory,
     cluster_vars,
     login_specs,
@@ -187,7 +190,7 @@ def node_specs(cfg: ClusterConfig, shared_storage: str) -> list[NodeSpec]:
                 | ({"mode": LAUNCH_TERMINATE} if name in elastic
                    and cfg.local.elastic_mode == LAUNCH_TERMINATE else {})))
             index += 1
-    return specs + login_specs(cfg)
+    return specs + login_specs(cfg) + backup_controller_specs(cfg, CONTROLLER_HOST_INDEX)
 
 
 def host_hardware(cpuinfo: str, meminfo: str, reserve_percent: int = 3) -> dict[str, int]:
@@ -381,6 +384,9 @@ class LocalCluster:
             if not host_dir.exists():
                 host_dir.mkdir(parents=True)
                 host_dir.chmod(0o755 if path == "/home" else 0o1777)
+        if self.has_backup_controller and self.plan.shared_storage != "nfs":
+            # Only the controllers mount it; slurm_controller makes the state directory in it.
+            self.ha_state_dir.mkdir(mode=0o755, exist_ok=True)
 
     def ensure_host_ca(self) -> str:
         """The host's extra CA certificates (a TLS-inspecting proxy's, a company CA) as
@@ -401,11 +407,25 @@ class LocalCluster:
                       f'"{self.network_name}").IPAddress}}}}', name, check=False)
         return proc.stdout.strip() or None if proc.returncode == 0 else None
 
+    @property
+    def has_backup_controller(self) -> bool:
+        return any(BACKUP_GROUP in s.groups for s in self.plan.specs)
+
+    @property
+    def ha_state_dir(self) -> Path:
+        """The host directory both controllers mount at HA_STATE_MOUNT when the stack has a
+        backup controller: the local stand-in for the NFS export real clusters use."""
+        return self.state.root / "ha-state"
+
     def node_mounts(self, spec: NodeSpec) -> list[tuple[Path, str]]:
         """(host directory, node path) mounted into ``spec``'s container besides its files."""
         mounts = self.bind_mounts()
-        if "slurm_controller" in spec.groups and self.has_elastic_nodes:
-            # The power programs on the controller start and stop elastic node containers
+        controller = "slurm_controller" in spec.groups or BACKUP_GROUP in spec.groups
+        if controller and self.has_backup_controller and self.plan.shared_storage != "nfs":
+            # With an NFS server node, nfs_client mounts its export there, as on real machines.
+            mounts = [*mounts, (self.ha_state_dir, HA_STATE_MOUNT)]
+        if controller and self.has_elastic_nodes:
+            # The power programs on the controllers start and stop elastic node containers
             # through podman's REST API (the socket's directory, mounted at /run/podman).
             mounts = [*mounts, (self.state.podman_socket_dir, "/run/podman")]
         return mounts

@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    BACKUP_GROUP,
+)
+
 from infra.providers.podman import image_exists, networks, podman
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +43,8 @@ RECIPE_VERSION = "1"  # bump to rebuild every prepared image when the recipe cha
 # The role folders the install phase never reads: a change there does not rebuild an image.
 IGNORED_PARTS = frozenset({"templates", "handlers", "tests", "__pycache__", "molecule"})
 # A node's kind: the first of its inventory groups found here.
-KIND_OF_GROUP = {"slurm_controller": "controller", "nfs_server": "nfs",
-                 "slurm_compute": "compute", "login": "login"}
+KIND_OF_GROUP = {"slurm_controller": "controller", BACKUP_GROUP: "controller",
+                 "nfs_server": "nfs", "slurm_compute": "compute", "login": "login"}
 # The stack sections whose settings decide what the install phase puts on a node. Anything
 # else (names, users, partitions, timings, receivers) is left out of the builder's stack,
 # so clusters that differ only there share their images.

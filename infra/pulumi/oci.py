@@ -38,7 +38,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import 
 
 from infra.pulumi.machines import ClusterArgs, Machines
 from infra.stack.config import ClusterConfig
-from infra.stack.inventory import NodeSpec, login_specs
+from infra.stack.inventory import BACKUP_GROUP, NodeSpec, backup_controller_specs, login_specs
 from infra.stack.join_kit import ed25519_key_pair
 from infra.stack.oci import OciSettings
 from infra.stack.schema import ConfigError, key
@@ -74,7 +74,7 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
             specs.append(NodeSpec(name=node, address=str(hosts[index]), groups=("slurm_compute",),
                                   gpu_type=pool.gpu_type, gpu_count=pool.gpu_count,
                                   node_state="cloud" if node in elastic else "static"))
-    return specs + login_specs(cfg)
+    return specs + login_specs(cfg) + backup_controller_specs(cfg, CONTROLLER_HOST_INDEX)
 
 
 def _flex_config(shape: str) -> dict[str, int] | None:
@@ -308,7 +308,7 @@ def oci_machines(name: str, args: ClusterArgs, parent: pulumi.Resource) -> Machi
                                      opts=launch.child)
         join_private, join_public = join_key_outputs(seed.result, cfg.cluster_name)
     for spec in specs:
-        if "slurm_controller" in spec.groups:
+        if "slurm_controller" in spec.groups or BACKUP_GROUP in spec.groups:
             launch.instance(spec.name, o.controller_shape, net.private, "controller",
                             spec.address, False)
         elif "nfs_server" in spec.groups:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from infra.stack.cluster_types import ComputePool, StorageSettings
     from infra.stack.login import LoginSettings
 
-BYO_ROLES = ("controller", "nfs", "compute", "login")
+BYO_ROLES = ("controller", "controller-backup", "nfs", "compute", "login")
 BMC_DRIVERS = ("redfish", "ipmi")
 _BYO_KEYS = ("sshUser", "bastion", "hosts", "checkHosts", "openFirewall")
 _BASTION_KEYS = ("address", "user")
@@ -198,7 +198,8 @@ def _optional_boolean(c: Collector, raw: Mapping[str, Any], name: str, where: st
 
 
 def _check_roles(c: Collector, hosts: list[ByoHost], controller_name: str | None,
-                 storage: StorageSettings, login: LoginSettings) -> None:
+                 storage: StorageSettings, login: LoginSettings,
+                 backup_name: str | None = None) -> None:
     hkey = f"{key('byo')}.hosts"
     logins = [h.name for h in hosts if h.role == "login"]
     if login.count and len(logins) != login.count:
@@ -213,6 +214,14 @@ def _check_roles(c: Collector, hosts: list[ByoHost], controller_name: str | None
     elif controller_name is not None and controllers[0] != controller_name:
         c.problem(hkey, f"the controller host is named {controllers[0]!r} but "
                   f"{key('controller')}.name is {controller_name!r}; make them the same")
+    backups = [h.name for h in hosts if h.role == "controller-backup"]
+    if backups != ([backup_name] if backup_name else []):
+        got = ", ".join(backups) or "none"
+        c.problem(hkey, (f"{key('controller')}.backup is {backup_name!r}: give exactly one host "
+                         f"with role controller-backup named so (got {got})")
+                  if backup_name else
+                  f"hosts with role controller-backup ({', '.join(backups)}) but "
+                  f"{key('controller')}.backup is not set: name the backup there too")
     nfs = [h.name for h in hosts if h.role == "nfs"]
     if storage.backend == "nfs" and nfs != [storage.server]:
         c.problem(hkey, f"{key('storage')}.backend is nfs: give exactly one host with role nfs "
@@ -243,8 +252,9 @@ def _hosts_by_pool(c: Collector, hosts: list[ByoHost],
 def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
               cidr: ipaddress.IPv4Network | None, controller_name: str | None,
               storage: StorageSettings, pools: Sequence[ComputePool],
-              secrets: Mapping[str, bool],
-              login: LoginSettings) -> tuple[ByoSettings | None, dict[str, tuple[str, ...]]]:
+              secrets: Mapping[str, bool], login: LoginSettings,
+              backup_name: str | None = None
+              ) -> tuple[ByoSettings | None, dict[str, tuple[str, ...]]]:
     """``metalslurm:byo``; returns the settings and each pool's host names."""
     where = key("byo")
     item = c.provider_section(raw, "byo", provider)
@@ -273,7 +283,7 @@ def parse_byo(c: Collector, raw: Mapping[str, Any], provider: str | None,
     hosts = [h for hkey, spec in c.mappings(item.get("hosts"), f"{where}.hosts", _HOST_KEYS,
                                             "hosts, each with name, role and address")
              if (h := _parse_host(c, spec, hkey, cidr, pool_by_name)) is not None]
-    _check_roles(c, hosts, controller_name, storage, login)
+    _check_roles(c, hosts, controller_name, storage, login, backup_name)
     if any(h.bmc for h in hosts) and not secrets.get("bmcCredentials", False):
         c.problem(key("bmcCredentials"), "hosts have a BMC but no credentials are set: "
                   f"'pulumi config set --secret --path {key('bmcCredentials')}.default.username"

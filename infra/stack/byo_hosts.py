@@ -9,7 +9,7 @@ from typing import Any
 
 from infra.stack.byo import ByoHost, ByoSettings
 from infra.stack.config import ClusterConfig
-from infra.stack.inventory import NodeSpec
+from infra.stack.inventory import BACKUP_GROUP, NodeSpec
 
 
 def byo_settings(cfg: ClusterConfig) -> ByoSettings:
@@ -34,6 +34,7 @@ def node_specs(cfg: ClusterConfig) -> list[NodeSpec]:
     byo = byo_settings(cfg)
     specs = []
     for role, groups in (("controller", ("slurm_controller", "slurmdbd")),
+                         ("controller-backup", (BACKUP_GROUP,)),
                          ("nfs", ("nfs_server",)), ("login", ("login",))):
         specs += [NodeSpec(name=h.name, address=h.address, groups=groups,
                            ansible_host=h.public_address, extra_vars=_host_vars(byo, h))

@@ -146,11 +146,14 @@ STACK_KEYS: tuple[StackKey, ...] = (
     StackKey("provider", "Where the machines come from - local (podman nodes on this machine), "
              "byo (existing bare metal), oci (OCI bare-metal GPU shapes).", "local", "string"),
     StackKey("privateCidr", "Private IPv4 network of the cluster (/28 or larger). The "
-             "controller gets host .10, compute nodes .11 onwards.", "10.77.0.0/24", "string"),
+             "controller gets host .10 (a backup controller .9), compute nodes .11 onwards.",
+             "10.77.0.0/24", "string"),
     StackKey("os", f"Node operating system - {', '.join(OS_IDS)}. "
              "local: the image it builds (Debian only); byo: what every host must run; oci: "
              "what the imageId image is.", "debian13", "string"),
-    StackKey("controller", "The controller - name (host name, default ctl).", {}),
+    StackKey("controller", "The controller - name (host name, default ctl), backup (the host "
+             "name of a backup slurmctld that takes over when the controller is lost; none by "
+             "default; docs/how-to/failover.md).", {}),
     StackKey("login", "Login nodes users SSH to and submit from - count, name (prefix), "
              "shape (oci). byo: its hosts with role login.", {}),
     StackKey("computePools", "Compute pools - name, count, elasticCount, gpuType, gpuCount, "
@@ -250,6 +253,8 @@ class ClusterConfig:
     rest: RestSettings = field(default_factory=RestSettings)
     login: LoginSettings = field(default_factory=LoginSettings)
     configure: bool = False
+    # metalslurm:controller.backup: the backup slurmctld's host name, or None.
+    controller_backup: str | None = None
     byo: ByoSettings | None = None
     oci: OciSettings | None = None
     # metalslurm:accept, checked, as the inventory's metalslurm_accept (infra/stack/accept.py)
@@ -497,10 +502,12 @@ def _time_budgets(accounting: AccountingSettings) -> list[str]:
 
 def _check_node_names(c: Collector, pools: list[ComputePool], controller: str | None,
                       storage: StorageSettings, cidr: ipaddress.IPv4Network | None,
-                      login: LoginSettings) -> None:
+                      login: LoginSettings, backup: str | None = None) -> None:
     node_names = [n for p in pools for n in p.node_names()] + login.names()
     if controller is not None:
         node_names.append(controller)
+    if backup is not None:
+        node_names.append(backup)
     if storage.backend == "nfs":
         node_names.append(storage.server)
     for dup in sorted({n for n in node_names if node_names.count(n) > 1}):
@@ -561,10 +568,11 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     os_name = c.string(raw, "os", key("os"), choices=OS_IDS)
     cidr = _parse_cidr(c, raw)
     controller = c.mapping(raw, "controller", key("controller"))
-    c.unknown_keys(controller, ("name",), key("controller"))
+    c.unknown_keys(controller, ("name", "backup"), key("controller"))
     controller_name = c.string(controller, "name", f"{key('controller')}.name", default="ctl",
                                pattern=NODE_NAME_RE,
                                what="a host name: lower-case letters, digits and '-'")
+    backup_name = _parse_backup_controller(c, controller, raw)
 
     pools = _parse_pools(c, raw)
     accounting = parse_accounting(c, raw)
@@ -573,6 +581,10 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     _check_options(c, slurm_conf, key("slurmConf"))
     elastic = _parse_elastic(c, raw, provider, pools)
     storage = _parse_storage(c, raw)
+    if backup_name and provider in ("byo", "oci") and storage.backend != "nfs":
+        c.problem(f"{key('controller')}.backup", f"needs the NFS server ({key('storage')}."
+                  "backend nfs): the controllers share slurmctld's state over it; set the "
+                  "backend to nfs or leave the backup out")
     users, groups, access = parse_users(c, raw)
     containers = parse_containers(c, raw, storage.paths if storage.backend != "none" else (),
                                   base_dir, check_artifacts)
@@ -585,7 +597,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     local = parse_local(c, raw, provider, os_name)
     login = parse_login(c, raw, provider)
     byo, hosts_by_pool = parse_byo(c, raw, provider, cidr, controller_name, storage, pools,
-                                   secrets, login)
+                                   secrets, login, backup_name)
     if byo is not None:
         login = replace(login, count=len(byo.login_hosts()), hosts=byo.login_hosts())
     oci, shapes = parse_oci(c, raw, provider, cidr, pools, secrets)
@@ -595,7 +607,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         check_login_user(c, users, oci.ssh_user, f"{key('oci')}.sshUser")
     pools = [replace(p, hosts=hosts_by_pool.get(p.name, p.hosts),
                      shape=shapes.get(p.name, p.shape)) for p in pools]
-    _check_node_names(c, pools, controller_name, storage, cidr, login)
+    _check_node_names(c, pools, controller_name, storage, cidr, login, backup_name)
     topology = parse_topology_settings(c, raw, [n for p in pools for n in p.node_names()])
     if topology is not None:
         topology = _resolve_simulator(c, topology, provider, base_dir)
@@ -603,7 +615,7 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
     health = parse_health(c, raw)
     gpu = parse_gpu(c, raw, os_name, sorted({p.gpu_type for p in pools if p.gpu_type}))
     machines = ([n for p in pools for n in p.node_names()] + [controller_name or "ctl"]
-                + login.names())
+                + login.names() + ([backup_name] if backup_name else []))
     if storage.backend == "nfs":
         machines.append(storage.server)
     monitoring = parse_monitoring(c, raw, machines,
@@ -623,7 +635,24 @@ def parse_config(raw_config: Mapping[str, Any], source: str = "stack config",
         groups=tuple(groups), access=access,
         containers=containers, topology=topology, nccl=nccl, health=health, gpu=gpu,
         monitoring=monitoring, rest=rest, login=login, configure=configure, byo=byo,
-        oci=oci, accept=accept, source=dict(raw_config), base_dir=base_dir)
+        oci=oci, accept=accept, controller_backup=backup_name, source=dict(raw_config),
+        base_dir=base_dir)
+
+
+def _parse_backup_controller(c: Collector, controller: Mapping[str, Any],
+                             raw: Mapping[str, Any]) -> str | None:
+    """``metalslurm:controller.backup``: the backup slurmctld's host name, or None. Its
+    StateSaveLocation is shared with the controller's (docs/how-to/failover.md): over NFS on
+    real machines, so the stack needs the NFS server (``metalslurm:storage.backend`` nfs)."""
+    where = f"{key('controller')}.backup"
+    if controller.get("backup") is None:
+        return None
+    name = c.string(controller, "backup", where, pattern=NODE_NAME_RE,
+                    what="a host name: lower-case letters, digits and '-'")
+    if name is not None and name == controller.get("name", "ctl"):
+        c.problem(where, f"is the controller's own name {name!r}: give the backup another "
+                  "host")
+    return name
 
 
 def _resolve_simulator(c: Collector, topology: TopologySettings, provider: str | None,
@@ -699,5 +728,6 @@ def config_summary(cfg: ClusterConfig) -> str:
         for p in cfg.compute_pools)
     return (f"cluster {cfg.cluster_name}, provider {cfg.provider}, "
             f"os {cfg.os} (Slurm {by_id(cfg.os).slurm_release}), network {cfg.private_cidr}, "
-            f"controller {cfg.controller_name}, "
+            f"controller {cfg.controller_name}"
+            + (f" (backup {cfg.controller_backup})" if cfg.controller_backup else "") + ", "
             f"pools [{pools}], partitions {', '.join(p.name for p in cfg.partitions)}")

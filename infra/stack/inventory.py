@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    BACKUP_GROUP,
     GROUPS,
     inventory_problems,
 )
@@ -87,6 +88,17 @@ def login_specs(cfg: ClusterConfig) -> list[NodeSpec]:
     hosts = list(cfg.private_cidr.hosts())
     return [NodeSpec(name=name, address=str(hosts[-2 - i]), groups=("login",))
             for i, name in enumerate(cfg.login.names())]
+
+
+def backup_controller_specs(cfg: ClusterConfig, controller_index: int) -> list[NodeSpec]:
+    """The backup controller of a provider that plans addresses (local, oci), if the stack
+    has one: the address just below the controller's (host ``controller_index``, counted
+    from 1), which no other node takes, so adding one moves no node."""
+    if not cfg.controller_backup:
+        return []
+    hosts = list(cfg.private_cidr.hosts())
+    return [NodeSpec(name=cfg.controller_backup, address=str(hosts[controller_index - 2]),
+                     groups=(BACKUP_GROUP,))]
 
 
 def cluster_vars(cfg: ClusterConfig, specs: list[NodeSpec]) -> dict[str, Any]:

@@ -255,6 +255,18 @@ def console(container: str, command: str,
                           capture_output=True, text=True, check=False, timeout=timeout)
 
 
+# A GET run on a node (python3 -c HTTP_GET URL [login]): with "login", as the monitoring
+# host's web login (Prometheus and Alertmanager); prints the body.
+HTTP_GET = """
+import base64, sys, urllib.request
+req = urllib.request.Request(sys.argv[1])
+if len(sys.argv) > 2:
+    password = open("/etc/prometheus/metalslurm-web.password").read().strip()
+    req.add_header("Authorization", "Basic " + base64.b64encode(
+        ("metalslurm:" + password).encode()).decode())
+print(urllib.request.urlopen(req, timeout=10).read().decode())
+"""
+
 JOB_TIMEOUT = 240
 # A process that holds apt's lock for {seconds} s, as unattended-upgrades or cloud-init's
 # first apt run would (python3 is the holder the pre-flight names); prints its pid.
@@ -311,6 +323,17 @@ def _close_ssh_masters() -> None:
     for directory in _SSH_SOCKETS:
         close_shared_connections(directory)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def ssh_user(cluster: LocalStack, user: str, address: str,
+             command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` as ``user`` over SSH with her own key (user_key), as she would log in."""
+    return subprocess.run(
+        ["ssh", "-i", str(user_key(user)), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+         "-o", f"UserKnownHostsFile={cluster.state}/ssh/known_hosts",
+         "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
+         f"{user}@{address}", "--", command],
+        capture_output=True, text=True, timeout=120, check=False)
 
 
 def ssh_root(state: Path, address: str, command: str, timeout: float = 1500,

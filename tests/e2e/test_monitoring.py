@@ -26,6 +26,7 @@ import pytest
 from tests.e2e.cluster import (
     E2E_SMTP_PASSWORD,
     GPU_FIXTURES,
+    HTTP_GET,
     REPO,
     STAND_IN,
     metalslurm,
@@ -109,15 +110,6 @@ threading.Thread(target=smtp.serve_forever, daemon=True).start()
 http.server.ThreadingHTTPServer(("127.0.0.1", 9099), Recorder).serve_forever()
 """
 
-_GET = """
-import base64, sys, urllib.request
-req = urllib.request.Request(sys.argv[1])
-if len(sys.argv) > 2:
-    password = open("/etc/prometheus/metalslurm-web.password").read().strip()
-    req.add_header("Authorization", "Basic " + base64.b64encode(
-        ("metalslurm:" + password).encode()).decode())
-print(urllib.request.urlopen(req, timeout=10).read().decode())
-"""
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +131,7 @@ def cluster(debian13):
 
 
 def get(cluster, url: str, login: bool = False) -> str:
-    return cluster.ctl(f"python3 -c {shlex.quote(_GET)} {shlex.quote(url)}"
+    return cluster.ctl(f"python3 -c {shlex.quote(HTTP_GET)} {shlex.quote(url)}"
                        + (" login" if login else "")).stdout
 
 

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.cluster import user_key, wait_for
+from tests.e2e.cluster import ssh_user, wait_for
 
 # Root-only directories on the controller, where the users' homes are made: what a link in
 # a home points the configure run at.
@@ -40,12 +40,7 @@ def as_user(cluster, node: str, user: str, script: str,
 
 
 def ssh(cluster, user: str, address: str, command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ssh", "-i", str(user_key(user)), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-         "-o", f"UserKnownHostsFile={cluster.state}/ssh/known_hosts",
-         "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-         f"{user}@{address}", "--", command],
-        capture_output=True, text=True, timeout=120, check=False)
+    return ssh_user(cluster, user, address, command)
 
 
 def snapshot(cluster, node: str, path: str) -> list[str]:

@@ -140,6 +140,10 @@ def fake_inventory(work: Path) -> dict:
     compute = list(top["children"]["slurm_compute"]["hosts"])
     for i, host in enumerate(compute):
         top["hosts"][host]["metalslurm_switch"] = leaves[i % len(leaves)]
+    # A backup controller, as metalslurm:controller.backup gives one: every role site.yml
+    # plays on it plays alone there too (slurm_backup_controller has no other host).
+    top["hosts"]["ctl2"] = {"ansible_host": "10.77.0.9", "metalslurm_address": "10.77.0.9"}
+    top["children"]["slurm_controller_backup"] = {"hosts": {"ctl2": None}}
     return inventory
 
 

@@ -493,3 +493,24 @@ def test_the_inventory_copy_leaves_connection_passwords_out(ctl, tmp_path):
                             "children": {"slurm_controller": {"hosts": {"ctl": {}}}}}}
     assert all(b"hunter2" not in p.read_bytes() for p in (tmp_path / "backup").iterdir())
     assert "the inventory (without its 3 connection passwords);" in lines[0]
+
+
+def test_a_restore_stops_the_backup_controller_around_the_controllers_stop(
+        ctl, inventory, tmp_path):
+    """With a backup controller its slurmctld is stopped first and started last: it must
+    not take over, on the state being replaced, during a load longer than SlurmctldTimeout;
+    it is started again even when the restore fails."""
+    dest = tmp_path / "backup"
+    manifest = b.take_backup(ctl, ctl, dest, inventory, print)
+    (tmp_path / "ctl2").mkdir()
+    standby = StandInShell(tmp_path / "ctl2")
+    before = len(ctl.calls())
+    b.restore_backup(ctl, ctl, dest, manifest, print, standby=standby)
+    assert standby.calls() == ["systemctl stop slurmctld", "systemctl start slurmctld"]
+    ours = [c for c in ctl.calls()[before:] if c.startswith("systemctl")]
+    assert ours[2] == "systemctl stop slurmctld" and ours[-2] == "systemctl start slurmctld"
+
+    (ctl.root / "bin" / "mysql").write_text("#!/bin/bash\nexit 1\n")
+    with pytest.raises(b.RemoteError):
+        b.restore_backup(ctl, ctl, dest, manifest, print, force=True, standby=standby)
+    assert standby.calls()[-2:] == ["systemctl stop slurmctld", "systemctl start slurmctld"]

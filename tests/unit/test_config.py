@@ -229,6 +229,12 @@ BAD = [
     (ms(local={"elasticMode": "launch-terminate", "preparedImages": False}),
      "metalslurm:local.elasticMode", "set metalslurm:local.preparedImages to true"),
     (ms(local={"elasticMode": "terminate"}), "metalslurm:local.elasticMode", "start-stop"),
+    (ms(controller={"name": "ctl", "backup": "ctl"}), "metalslurm:controller.backup",
+     "the controller's own name"),
+    (ms(controller={"backup": "Ctl 2"}), "metalslurm:controller.backup", "a host name"),
+    (ms(controller={"backup": "gpu-001"}), "metalslurm:computePools",
+     "'gpu-001' would be used by two nodes"),
+    (ms(controller={"spare": "ctl2"}), "metalslurm:controller.spare", "allowed keys: name, backup"),
 ]
 
 
@@ -321,3 +327,49 @@ def test_ubuntu_nodes_are_accepted_where_the_provider_does_not_build_the_image()
 def test_missing_stack_file(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         load_stack_file(tmp_path / "nope.yaml")
+
+
+def test_a_backup_controller_is_a_node_of_its_own_below_the_controller():
+    from infra.providers.local import node_specs
+    cfg = parse_config(ms(controller={"backup": "ctl2"}))
+    assert cfg.controller_backup == "ctl2"
+    [backup] = [s for s in node_specs(cfg, "host-bind") if s.name == "ctl2"]
+    assert (backup.address, backup.groups) == ("10.77.0.9", ("slurm_controller_backup",))
+    assert parse_config({}).controller_backup is None
+
+
+def test_a_backup_controller_on_real_machines_needs_the_nfs_server():
+    raw = ms(provider="oci", controller={"backup": "ctl2"}, storage={"backend": "none"})
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert any(p.startswith("metalslurm:controller.backup: needs the NFS server")
+               for p in err.value.problems), err.value.problems
+
+
+def test_a_byo_backup_controller_is_the_host_with_role_controller_backup():
+    import yaml
+
+    from infra.stack.byo_hosts import node_specs
+    from tests.paths import REPO
+    raw = yaml.safe_load((REPO / "Pulumi.example-byo.yaml").read_text())["config"]
+    raw = {k: v for k, v in raw.items() if k != "metalslurm:sshPrivateKey"}
+    hosts = raw["metalslurm:byo"]["hosts"]
+    given = {"sshPrivateKey", "bmcCredentials"}
+    with pytest.raises(ConfigError) as err:  # a host with the role, but no controller.backup
+        parse_config({**raw, "metalslurm:byo": {**raw["metalslurm:byo"], "hosts": [
+            *hosts, {"name": "ctl2", "role": "controller-backup", "address": "10.20.0.9"}]}},
+            secrets_given=given, check_artifacts=False)
+    assert any("role controller-backup (ctl2) but metalslurm:controller.backup is not set" in p
+               for p in err.value.problems), err.value.problems
+    with pytest.raises(ConfigError) as err:  # controller.backup, and no such host
+        parse_config({**raw, "metalslurm:controller": {"name": "ctl", "backup": "ctl2"}},
+                     secrets_given=given, check_artifacts=False)
+    assert any("give exactly one host with role controller-backup named so (got none)" in p
+               for p in err.value.problems), err.value.problems
+    cfg = parse_config({**raw, "metalslurm:controller": {"name": "ctl", "backup": "ctl2"},
+                        "metalslurm:byo": {**raw["metalslurm:byo"], "hosts": [
+                            *hosts, {"name": "ctl2", "role": "controller-backup",
+                                     "address": "10.20.0.9"}]}},
+                       secrets_given=given, check_artifacts=False)
+    [backup] = [s for s in node_specs(cfg) if s.name == "ctl2"]
+    assert (backup.address, backup.groups) == ("10.20.0.9", ("slurm_controller_backup",))

@@ -107,3 +107,47 @@ def test_mount_unit_waits_for_the_network_and_mounts_hard(rendered, kernel, ncon
         "Options=hard,proto=tcp,vers=4.2,noatime,timeo=600,retrans=2,nosuid,nodev,"
         f"_netdev{nconnect}",
         "TimeoutSec=900", "[Install]", "WantedBy=remote-fs.target"]
+
+
+def test_with_a_backup_controller_the_state_is_exported_to_the_two_controllers_only(tmp_path):
+    """slurmctld's shared state (cluster_defaults' ha_state_mount): one more export, to the
+    controller's and the backup's addresses only, mounted by those two and no other host."""
+    inventory = {"all": {
+        "vars": {"metalslurm_cluster_name": "lab", "metalslurm_private_cidr": "10.77.0.0/24",
+                 "metalslurm_shared_paths": ["/home"], "ansible_connection": "local",
+                 "ansible_python_interpreter": sys.executable},
+        "hosts": {"nfs": {"metalslurm_address": "10.77.0.254"},
+                  "ctl": {"metalslurm_address": "10.77.0.10"},
+                  "ctl2": {"metalslurm_address": "10.77.0.9"},
+                  "gpu-001": {"metalslurm_address": "10.77.0.11"}},
+        "children": {"nfs_server": {"hosts": {"nfs": None}},
+                     "slurm_controller": {"hosts": {"ctl": None}},
+                     "slurm_controller_backup": {"hosts": {"ctl2": None}},
+                     "slurm_compute": {"hosts": {"gpu-001": None}}}}}
+    play = [{"hosts": "all", "gather_facts": False,
+             "vars_files": [str(ROLES / f) for f in (
+                 "nfs_server/defaults/main.yml", "nfs_client/defaults/main.yml",
+                 "nfs_client/vars/main.yml")],
+             "tasks": [
+                 {"name": "exports", "ansible.builtin.template": {
+                     "src": str(ROLES / EXPORTS[0]), "dest": f"{tmp_path}/exports",
+                     "mode": "0644"}, "when": "inventory_hostname == 'nfs'"},
+                 {"name": "mounts", "ansible.builtin.copy": {
+                     "content": "{{ __nfs_client_all_mounts | join(' ') }}",
+                     "dest": f"{tmp_path}/{{{{ inventory_hostname }}}}.mounts", "mode": "0644"},
+                  "when": "inventory_hostname != 'nfs'"}]}]
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
+                           str(tmp_path / "play.yml")], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    options = "rw,sync,no_subtree_check,no_root_squash,sec=sys"
+    assert body(tmp_path / "exports") == [
+        "/home 10.77.0.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)",
+        f"/var/lib/slurm/ha 10.77.0.10({options}) 10.77.0.9({options})"]
+    assert {host: (tmp_path / f"{host}.mounts").read_text() for host in ("ctl", "ctl2", "gpu-001")
+            } == {"ctl": "/home /var/lib/slurm/ha", "ctl2": "/home /var/lib/slurm/ha",
+                  "gpu-001": "/home"}

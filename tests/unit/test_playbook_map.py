@@ -107,7 +107,7 @@ def test_every_role_of_the_playbook_is_read():
             "slurm_accounting", "nvidia_gpu", "nccl_ib", "slurm_health", "slurm_compute",
             "mpi", "monitoring_node", "slurm_exporter", "monitoring", "slurm_rest",
             "slurm_login", "slurm_pam_adopt", "nccl_tests", "infra_access",
-            "host_firewall"} == roles
+            "host_firewall", "slurm_backup_controller"} == roles
 
 
 # Daemons roles keep running that the verify suite does not place through ROLE_SERVICES,
@@ -119,8 +119,11 @@ def test_every_role_of_the_playbook_is_read():
 # and tests/verify/test_gpu.py check it where the driver runs).
 # slurm_common's upgrade.yml (configure --upgrade-slurm) starts slurmdbd and slurmctld again
 # in SchedMD's order after it stopped them; their own roles keep them running and are placed.
+# The backup controller's restart requests are a path unit, which tests/e2e/test_failover.py
+# sees at work (a second takeover).
 NOT_PLACED = {("common", "chrony"), ("slurm_elastic", "metalslurm-power-reconcile.timer"),
               ("slurm_elastic", "metalslurm-join.path"), ("nvidia_gpu", "metalslurm-dcgm-guard"),
+              ("slurm_backup_controller", "metalslurm-slurmctld-standby.path"),
               ("slurm_common", "slurmdbd"), ("slurm_common", "slurmctld")}
 
 

@@ -15,6 +15,9 @@ import shlex
 
 import pytest
 import testinfra
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    BACKUP_GROUP,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.rest import (
     DEFAULTS,
     rest_release,
@@ -83,14 +86,16 @@ def test_slurmrestd_listens_on_the_private_address_only(rest_host, cluster):
     assert addresses == [url.removeprefix("http://")]
 
 
-def test_an_authenticated_ping_is_answered(rest_host, controller):
+def test_an_authenticated_ping_is_answered(rest_host, controller, cluster):
     host, url, api = rest_host
     token = host.check_output("scontrol token lifespan=60").strip().removeprefix("SLURM_JWT=")
     status, body = rest_get(host, f"{url}/slurm/{api}/ping", "root", token)
     assert status == 200, body
     pings = json.loads(body)["pings"]
-    # slurmctld answers, on the controller (the REST host may be a login node).
-    assert [p["hostname"] for p in pings] == [controller.check_output("hostname").strip()]
+    # slurmctld answers, on the controller (the REST host may be a login node), then on the
+    # backup controller where there is one (SlurmctldHost's order).
+    assert [p["hostname"] for p in pings] == [
+        controller.check_output("hostname").strip(), *cluster.hosts_in(BACKUP_GROUP)]
 
 
 def test_a_request_without_a_token_is_refused(rest_host):
@@ -107,7 +112,8 @@ def test_slurmctld_and_slurmdbd_take_jwt_tokens(controller):
 def test_the_jwt_key_is_slurms_alone_on_the_slurmctld_and_slurmdbd_hosts(host, host_name,
                                                                           cluster):
     key = host.file(KEY)
-    holders = set(cluster.hosts_in("slurm_controller")) | set(cluster.hosts_in("slurmdbd"))
+    holders = set(cluster.hosts_in("slurm_controller")) | set(cluster.hosts_in("slurmdbd")) \
+        | set(cluster.hosts_in(BACKUP_GROUP))
     if host_name not in holders:
         assert not key.exists
         return
@@ -115,7 +121,8 @@ def test_the_jwt_key_is_slurms_alone_on_the_slurmctld_and_slurmdbd_hosts(host, h
 
 
 def test_slurmctld_and_slurmdbd_hold_the_same_key(cluster):
-    holders = sorted(set(cluster.hosts_in("slurm_controller")) | set(cluster.hosts_in("slurmdbd")))
+    holders = sorted(set(cluster.hosts_in("slurm_controller")) | set(cluster.hosts_in("slurmdbd"))
+                     | set(cluster.hosts_in(BACKUP_GROUP)))
     digests = {name: testinfra.get_host(f"ansible://{name}", ansible_inventory=cluster.inventory)
                .check_output(f"sha256sum {KEY}").split()[0] for name in holders}
     assert len(set(digests.values())) == 1, digests

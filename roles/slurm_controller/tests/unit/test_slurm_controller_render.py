@@ -299,3 +299,32 @@ def test_a_token_lifespan_bound_is_refused_on_a_release_without_it(tmp_path):
     assert "AuthAltParameters" in proc.stdout and "max_token_lifespan" in proc.stdout
     assert "set metalslurm:rest maxTokenLifespan to 0 (no bound)" in proc.stdout
     assert list((tmp_path / "21.08").iterdir()) == []
+
+
+def test_a_backup_controller_is_a_second_slurmctld_host_with_the_state_on_shared_storage(
+        tmp_path):
+    """With a host in group slurm_controller_backup: SlurmctldHost once per controller, the
+    controller first; StateSaveLocation in the storage both mount; the switch programs that
+    restart a backup which gave control back (22.05 reads them as 24.11 does)."""
+    inventory = inventory_with_nodes(["gpu-001"])
+    top = inventory["all"]
+    top["hosts"]["ctl2"] = {"ansible_host": "10.77.0.9", "metalslurm_address": "10.77.0.9"}
+    top["children"]["slurm_controller_backup"] = {"hosts": {"ctl2": None}}
+    proc = run_render(tmp_path, ("22.05", "24.11"), inventory=inventory, node_facts=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for release in ("22.05", "24.11"):
+        conf = lines(tmp_path / release / "slurm.conf")
+        assert [line for line in conf if line.startswith("SlurmctldHost=")] == [
+            "SlurmctldHost=ctl(10.77.0.10)", "SlurmctldHost=ctl2(10.77.0.9)"]
+        found = settings(tmp_path / release / "slurm.conf")
+        assert (found["StateSaveLocation"], found["SlurmctldPrimaryOnProg"],
+                found["SlurmctldPrimaryOffProg"]) == (
+            "/var/lib/slurm/ha/slurmctld", "/usr/local/sbin/metalslurm-slurmctld-primary-on",
+            "/usr/local/sbin/metalslurm-slurmctld-primary-off")
+    del top["children"]["slurm_controller_backup"]
+    (tmp_path / "one").mkdir()
+    proc = run_render(tmp_path / "one", ("24.11",), inventory=inventory, node_facts=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    found = settings(tmp_path / "one/24.11/slurm.conf")
+    assert found["StateSaveLocation"] == "/var/lib/slurm/slurmctld"
+    assert "SlurmctldPrimaryOnProg" not in found and "SlurmctldPrimaryOffProg" not in found

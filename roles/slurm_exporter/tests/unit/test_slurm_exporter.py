@@ -5,8 +5,10 @@ place of the Slurm commands: no Slurm, no container, no network beyond one loopb
 Checked: the metric values of each recorded cluster state (nodes and their flags, GPUs by
 status, jobs and pending reasons), text and JSON giving the same metrics, the JSON probe on a
 Slurm that refuses --json, the GPU-seconds counter counting each run once over refreshes, a
-failed or timed-out command, a scrape answered while a refresh hangs, and the copies of other
-programs' constants."""
+failed or timed-out command, a scrape answered while a refresh hangs, --standby (config alone
+while the primary controller answers, everything while a backup runs the cluster), the
+primary's exporter the other way round (config alone while a backup runs the cluster, and no
+change on a single controller), and the copies of other programs' constants."""
 
 from __future__ import annotations
 
@@ -481,6 +483,460 @@ def test_unreadable_config_is_a_failed_command_and_reports_no_limit():
     assert value(exporter, "slurm_dbd_agent_queue_size") == 0
 
 
+# ---- controllers: the ping lines at the end of scontrol show config ------------------------------
+
+def controllers(exporter) -> dict[tuple[str, str, str], float]:
+    """``{(host, controller_role, index): value}`` of slurm_controller_up."""
+    return {(d["host"], d["controller_role"], d["index"]): v
+            for (n, labels), v in samples(exporter).items() if n == "slurm_controller_up"
+            for d in [dict(labels)]}
+
+
+def config_with_pings(*pings: str) -> str:
+    """A unit test input, not a recording: ``scontrol show config``'s shape (``Key = value``
+    lines, a blank line, then one ping line per SlurmctldHost, scontrol.c) cut down to a few
+    keys, for the controller sets no recording has (the two-controller cluster's recordings
+    will be tests/fixtures/slurm/exporter/local-ha-24.11/)."""
+    hosts = "".join(f"SlurmctldHost[{i}]        = ctl{i + 1 if i else ''}\n"
+                    for i in range(len(pings)))
+    return ("Configuration data as of 2026-12-03T20:26:41\n"
+            "ClusterName             = ms-e2e13\n"
+            "MaxDBDMsgs              = 20016\n"
+            f"{hosts}\n" + "".join(line + "\n" for line in pings))
+
+
+@pytest.mark.parametrize("cluster, host", [
+    (lambda: local_cluster(), "ctl"),
+    (lambda: single("22.05", "running"), "gpu-001"),
+    (lambda: single("24.11", "running"), "gpu-001"),
+], ids=["local-24.11", "single-22.05", "single-24.11"])
+def test_one_controller_gives_only_the_primary_series(cluster, host):
+    assert controllers(refreshed(cluster())) == {(host, "primary", "0"): 1}
+
+
+@pytest.mark.parametrize("pings, expected", [
+    (("Slurmctld(primary) at ctl is UP", "Slurmctld(backup) at ctl2 is UP"),
+     {("ctl", "primary", "0"): 1, ("ctl2", "backup", "1"): 1}),
+    (("Slurmctld(primary) at ctl is UP", "Slurmctld(backup) at ctl2 is DOWN"),
+     {("ctl", "primary", "0"): 1, ("ctl2", "backup", "1"): 0}),
+    (("Slurmctld(primary) at ctl is DOWN", "Slurmctld(backup) at ctl2 is UP"),
+     {("ctl", "primary", "0"): 0, ("ctl2", "backup", "1"): 1}),
+    # three or more: scontrol numbers every backup ("backup%d" with its index)
+    (("Slurmctld(primary) at ctl is DOWN", "Slurmctld(backup1) at ctl2 is UP",
+      "Slurmctld(backup2) at ctl3 is DOWN"),
+     {("ctl", "primary", "0"): 0, ("ctl2", "backup", "1"): 1, ("ctl3", "backup", "2"): 0}),
+], ids=["both-up", "backup-down", "primary-down", "three"])
+def test_controllers_from_the_ping_lines(pings, expected):
+    exporter = refreshed(local_cluster(config=config_with_pings(*pings)))
+    assert controllers(exporter) == expected
+    # The primary DOWN and a backup UP: the primary's exporter is passive, without the limit.
+    primary_up = expected[("ctl", "primary", "0")] == 1
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == (20016 if primary_up else None)
+
+
+def test_the_root_only_banner_after_a_down_controller_is_no_controller():
+    text = config_with_pings("Slurmctld(primary) at ctl is UP",
+                             "Slurmctld(backup) at ctl2 is DOWN")
+    text += ("*****************************************\n"
+             "** RESTORE SLURMCTLD DAEMON TO SERVICE **\n"
+             "*****************************************\n")
+    exporter = refreshed(local_cluster(config=text))
+    assert controllers(exporter) == {("ctl", "primary", "0"): 1, ("ctl2", "backup", "1"): 0}
+
+
+def test_a_failed_config_drops_the_controllers_and_keeps_the_limit():
+    """A stale UP would hide a controller that went away since: no series, while MaxDBDMsgs
+    (which only changes with slurm.conf) is kept."""
+    slurm = local_cluster(config=config_with_pings("Slurmctld(primary) at ctl is UP",
+                                                   "Slurmctld(backup) at ctl2 is UP"))
+    exporter = refreshed(slurm)
+    assert len(controllers(exporter)) == 2
+    slurm.answers["config"] = subprocess.TimeoutExpired("scontrol", 10)
+    exporter.refresh()
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 0
+    assert controllers(exporter) == {}
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20016
+
+
+def test_no_controller_answering_is_a_failed_command_not_a_row_of_zeros():
+    """scontrol exits 1 when no controller answers (its config ask or its pings): no series,
+    never a made-up 0; the failed command says it."""
+    exporter = refreshed(local_cluster(config=lambda argv: exporter_mod.Completed(
+        1, "", "slurm_load_ctl_conf error: Unable to contact slurm controller (connect "
+               "failure)\n")))
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 0
+    assert controllers(exporter) == {}
+
+
+def test_ping_lines_without_a_configuration_report_no_controller():
+    exporter = refreshed(local_cluster(config="Slurmctld(primary) at ctl is UP\n"))
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 0
+    assert controllers(exporter) == {}
+
+
+def test_a_configuration_without_ping_lines_reports_no_controller():
+    exporter = refreshed(local_cluster(config=config_with_pings()))
+    assert value(exporter, "slurm_exporter_command_up", command="config") == 1
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20016
+    assert controllers(exporter) == {}
+
+
+def test_controllers_in_the_scrape():
+    exporter = refreshed(local_cluster(config=config_with_pings(
+        "Slurmctld(primary) at ctl is DOWN", "Slurmctld(backup) at ctl2 is UP")))
+    text = generate_latest(exporter_mod.registry_for(exporter)).decode()
+    assert "# TYPE slurm_controller_up gauge" in text
+    assert 'slurm_controller_up{controller_role="primary",host="ctl",index="0"} 0.0' in text
+    assert 'slurm_controller_up{controller_role="backup",host="ctl2",index="1"} 1.0' in text
+
+
+# ---- --standby: the exporter on the backup controller's machine ---------------------------------
+
+PRIMARY_UP = config_with_pings("Slurmctld(primary) at ctl is UP", "Slurmctld(backup) at ctl2 is UP")
+BACKUP_DOWN = config_with_pings("Slurmctld(primary) at ctl is UP",
+                                "Slurmctld(backup) at ctl2 is DOWN")
+PRIMARY_DOWN = config_with_pings("Slurmctld(primary) at ctl is DOWN",
+                                 "Slurmctld(backup) at ctl2 is UP")
+NO_CONTROLLER = exporter_mod.Completed(
+    1, "", "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n")
+# What a standby serves while the primary runs the cluster: the config ask's answer and the
+# exporter's own series (the GPU-seconds counter's family is there, without a sample).
+STANDBY_SERIES = {"slurm_up", "slurm_exporter_command_up", "slurm_exporter_slurm_commands_total",
+                  "slurm_exporter_last_success_timestamp_seconds",
+                  "slurm_exporter_refresh_duration_seconds",
+                  "slurm_exporter_min_interval_seconds", "slurm_controller_up"}
+
+
+def asked(slurm: FakeSlurm) -> list[str]:
+    """The exporter's commands, in the order it ran them (sdiag --json counted as sdiag)."""
+    return [FakeSlurm.command_of(argv).removesuffix("_json") for argv in slurm.calls]
+
+
+def names(exporter) -> set[str]:
+    return {n for n, _ in samples(exporter)}
+
+
+@pytest.mark.parametrize("config", [PRIMARY_UP, BACKUP_DOWN], ids=["both-up", "backup-down"])
+def test_standby_asks_only_config_while_the_primary_answers(config):
+    slurm = local_cluster(config=config)
+    refreshed(slurm, standby=True)
+    assert asked(slurm) == ["config"]
+
+
+@pytest.mark.parametrize("config", [PRIMARY_UP, BACKUP_DOWN], ids=["both-up", "backup-down"])
+def test_standby_serves_only_the_controllers_while_the_primary_answers(config):
+    """No series of the cluster (counted once, by the primary's exporter), no command_up of
+    nodes, jobs and sdiag (SlurmControllerDown), and no queue limit without its queue."""
+    exporter = refreshed(local_cluster(config=config), standby=True)
+    assert names(exporter) == STANDBY_SERIES
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 1}
+    assert value(exporter, "slurm_up") == 1
+    assert value(exporter, "slurm_exporter_last_success_timestamp_seconds") == LOCAL_NOW
+    assert controllers(exporter) == {("ctl", "primary", "0"): 1,
+                                     ("ctl2", "backup", "1"): 1 if config is PRIMARY_UP else 0}
+
+
+def test_standby_counts_the_commands_it_ran():
+    exporter = refreshed(local_cluster(config=PRIMARY_UP), standby=True)
+    assert series(exporter, "slurm_exporter_slurm_commands_total", "command") == {
+        "nodes": 0, "jobs": 0, "sdiag": 0, "config": 1, "sshare": 0, "sacct": 0}
+
+
+def test_standby_asks_every_command_while_a_backup_runs_the_cluster():
+    slurm = local_cluster(config=PRIMARY_DOWN)
+    refreshed(slurm, standby=True)
+    assert asked(slurm) == ["config", "nodes", "jobs", "sdiag", "sshare", "sacct"]
+
+
+def test_standby_serves_what_the_primary_s_exporter_would_while_a_backup_runs_the_cluster():
+    """The same series as the primary's exporter serves while the primary answers (it is
+    passive now), but for the controllers' state."""
+    standby = refreshed(local_cluster(config=PRIMARY_DOWN), standby=True)
+    primary_s = refreshed(local_cluster(config=PRIMARY_UP))
+    assert ({k: v for k, v in samples(standby).items() if k[0] != "slurm_controller_up"}
+            == {k: v for k, v in samples(primary_s).items() if k[0] != "slurm_controller_up"})
+    assert controllers(standby) == {("ctl", "primary", "0"): 0, ("ctl2", "backup", "1"): 1}
+    assert {"slurm_node_state", "slurm_jobs", "slurm_scheduler_threads",
+            "slurm_dbd_agent_queue_limit", "slurm_account_gpu_seconds_total",
+            "slurm_controller_up"} <= names(standby)
+    assert series(standby, "slurm_exporter_command_up", "command") == dict.fromkeys(
+        exporter_mod.COMMANDS, 1)
+
+
+@pytest.mark.parametrize("failure", [NO_CONTROLLER, subprocess.TimeoutExpired("scontrol", 10)],
+                         ids=["no-controller", "timeout"])
+def test_standby_whose_config_fails_reports_config_alone(failure):
+    """No controller answers: command_up 0 for config and nothing else asked. Not nodes, jobs
+    and sdiag at 0: the primary's exporter reports those where its machine lives, and where it
+    is gone SlurmControllerDown reads the standby's config 0 (the alert rules)."""
+    slurm = local_cluster(config=failure if isinstance(failure, Exception)
+                          else lambda argv: failure)
+    exporter = refreshed(slurm, standby=True)
+    assert asked(slurm) == ["config"]
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 0}
+    assert value(exporter, "slurm_up") == 0
+    assert names(exporter) == STANDBY_SERIES - {
+        "slurm_controller_up", "slurm_exporter_last_success_timestamp_seconds"}
+
+
+def test_standby_before_its_first_refresh_reports_config_alone():
+    exporter = started(local_cluster(), standby=True)
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 0}
+    assert value(exporter, "slurm_up") == 0
+
+
+def test_standby_switches_with_the_primary_between_refreshes():
+    """What the active period served goes with the primary's return: the cluster's series,
+    the command_up of the other commands, the queue limit and the usage counters."""
+    slurm = local_cluster(config=PRIMARY_UP)
+    exporter = refreshed(slurm, standby=True)
+    assert names(exporter) == STANDBY_SERIES
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.refresh()
+    assert value(exporter, "slurm_node_state", node="gpu-001", state="allocated") == 1
+    assert len(series(exporter, "slurm_account_gpu_seconds_total", "account")) > 1
+    assert series(exporter, "slurm_exporter_command_up", "command") == dict.fromkeys(
+        exporter_mod.COMMANDS, 1)
+    slurm.answers["config"] = PRIMARY_UP
+    exporter.refresh()
+    assert names(exporter) == STANDBY_SERIES
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 1}
+    assert asked(slurm) == ["config", "config", "nodes", "jobs", "sdiag", "sshare", "sacct",
+                            "config"]
+
+
+def test_standby_counts_usage_from_each_takeover_on():
+    """A backup that takes over again, hours later: the sacct window starts at that refresh
+    (as at an exporter's start), not at the exporter's start or its last active ask."""
+    slurm = local_cluster(config=PRIMARY_DOWN)
+    exporter = refreshed(slurm, standby=True)
+    slurm.answers["config"] = PRIMARY_UP
+    exporter.clock.now += 3600
+    exporter.refresh()
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.clock.now += 3600
+    exporter.refresh()
+    starts = [a for argv in slurm.calls if FakeSlurm.command_of(argv) == "sacct"
+              for a in argv if a.startswith("--starttime=")]
+    takeover = datetime.fromtimestamp(LOCAL_NOW + 2 * 3600)
+    assert starts == ["--starttime=2026-11-26T10:00:00",
+                      f"--starttime={takeover:%Y-%m-%dT%H:%M:%S}"]
+    # the recorded allocations ended before the takeover: counters at 0, from sshare
+    assert set(series(exporter, "slurm_account_gpu_seconds_total", "account").values()) == {0}
+
+
+def test_active_standby_whose_config_fails_keeps_the_usage_counters_only():
+    """While a backup runs the cluster a failed config ask is no answer at all: nothing of the
+    cluster is served, and the counters stay as a failed sacct leaves them."""
+    slurm = local_cluster(config=PRIMARY_DOWN)
+    exporter = refreshed(slurm, standby=True)
+    usage = series(exporter, "slurm_account_gpu_seconds_total", "account")
+    slurm.answers["config"] = lambda argv: NO_CONTROLLER
+    exporter.refresh()
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 0}
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == usage
+    assert names(exporter) - STANDBY_SERIES == {"slurm_account_gpu_seconds_total"}
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.refresh()
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == usage
+
+
+def test_standby_once(capsys):
+    assert exporter_mod.main(["--once", "--standby"],
+                             runner=local_cluster(config=PRIMARY_UP)) == 0
+    out = capsys.readouterr().out
+    assert 'slurm_controller_up{controller_role="primary",host="ctl",index="0"} 1.0' in out
+    assert 'slurm_exporter_command_up{command="config"} 1.0' in out
+    assert 'slurm_exporter_command_up{command="nodes"}' not in out
+    assert "slurm_node_state{" not in out
+
+
+# ---- the primary's exporter (no --standby) while a backup runs the cluster -----------------------
+
+def sacct_starts(slurm: FakeSlurm) -> list[str]:
+    return [a.removeprefix("--starttime=") for argv in slurm.calls
+            if FakeSlurm.command_of(argv) == "sacct" for a in argv if a.startswith("--starttime=")]
+
+
+def at(epoch: float) -> str:
+    return f"{datetime.fromtimestamp(epoch):%Y-%m-%dT%H:%M:%S}"
+
+
+def ended_at(job: str, account: str, end: float) -> str:
+    """One sacct line: an allocation of 4 H100 for 600 s (2400 GPU-seconds)."""
+    return (f"{job}|{account}|600|billing=1,cpu=1,gres/gpu:h100=4,gres/gpu=4,node=1|"
+            f"{at(end)}|COMPLETED\n")
+
+
+SWITCHES = "primary's exporter: "
+THREE_PRIMARY_DOWN = config_with_pings("Slurmctld(primary) at ctl is DOWN",
+                                       "Slurmctld(backup1) at ctl2 is DOWN",
+                                       "Slurmctld(backup2) at ctl3 is UP")
+
+
+@pytest.mark.parametrize("config", [PRIMARY_DOWN, THREE_PRIMARY_DOWN], ids=["two", "three"])
+def test_primary_s_exporter_asks_only_config_while_a_backup_runs_the_cluster(config):
+    slurm = local_cluster(config=config)
+    refreshed(slurm)
+    assert asked(slurm) == ["config"]
+
+
+def test_primary_s_exporter_serves_only_the_controllers_while_a_backup_runs_the_cluster():
+    """What a passive standby serves: the standby on the backup's machine serves the cluster
+    (once), and nodes, jobs and sdiag have no command_up here (SlurmControllerDown)."""
+    exporter = refreshed(local_cluster(config=PRIMARY_DOWN))
+    assert names(exporter) == STANDBY_SERIES
+    assert series(exporter, "slurm_exporter_command_up", "command") == {"config": 1}
+    assert value(exporter, "slurm_up") == 1
+    assert controllers(exporter) == {("ctl", "primary", "0"): 0, ("ctl2", "backup", "1"): 1}
+
+
+@pytest.mark.parametrize("config", [
+    PRIMARY_UP, BACKUP_DOWN,
+    # No backup UP: none took over (scontrol exits 1 when none answers; were it to print
+    # this, the primary's exporter would still be the one to report it).
+    config_with_pings("Slurmctld(primary) at ctl is DOWN", "Slurmctld(backup) at ctl2 is DOWN"),
+    config_with_pings("Slurmctld(primary) at ctl is DOWN"),
+    config_with_pings(),  # no ping lines at all
+    lambda argv: NO_CONTROLLER, subprocess.TimeoutExpired("scontrol", 10),
+], ids=["both-up", "backup-down", "both-down", "one-down", "no-pings", "no-controller",
+        "timeout"])
+def test_primary_s_exporter_asks_every_command_unless_a_backup_runs_the_cluster(config):
+    slurm = local_cluster(config=config)
+    exporter = refreshed(slurm)
+    assert asked(slurm) == ["config", "nodes", "jobs", "sdiag", "sshare", "sacct"]
+    assert set(series(exporter, "slurm_exporter_command_up", "command")) == set(
+        exporter_mod.COMMANDS)
+    assert value(exporter, "slurm_node_state", node="gpu-001", state="allocated") == 1
+
+
+# The commands a refresh asked on each recorded single-controller cluster before the primary's
+# exporter could go passive (2 refreshes: 22.05 refuses --json on the first), the same
+# arguments, config now first: a single controller sees no change.
+SQUEUE_ARGV = ["squeue", "--all", "--noheader", "--array",
+               "--Format=JobArrayID:0\x1f,State:0\x1f,Partition:0\x1f,Account:0\x1f,"
+               "Reason:0\x1f,SubmitTime:0\x1f,tres-alloc:0"]
+SSHARE_TEXT_ARGV = ["sshare", "--parsable2", "--noheader",
+                    "--format=Account,User,NormUsage,FairShare,LevelFS"]
+
+
+def single_controller_asks(first: list[list[str]], again: list[list[str]]) -> list[list[str]]:
+    def sacct(start: str) -> list[str]:
+        return ["sacct", "--allusers", "--allocations", "--duplicates", "--noheader",
+                "--parsable2", f"--starttime={start}", "--endtime=now",
+                "--state=BF,CA,CD,DL,F,NF,OOM,PR,RQ,TO",
+                "--format=JobIDRaw,Account,ElapsedRaw,AllocTRES,End,State"]
+    head = [["scontrol", "show", "config"],
+            ["scontrol", "--all", "--future", "--details", "--oneliner", "show", "nodes"],
+            SQUEUE_ARGV]
+    return [*head, *first, sacct("2026-11-26T10:00:00"),
+            *head, *again, sacct("2026-11-26T10:17:11")]
+
+
+_LOCAL_JSON = [["sdiag", "--json"], ["sshare", "--json"]]
+_REFUSED_THEN_TEXT = [["sdiag", "--json"], ["sdiag"], ["sshare", "--json"], SSHARE_TEXT_ARGV]
+_TEXT = [["sdiag"], SSHARE_TEXT_ARGV]
+
+
+@pytest.mark.parametrize("cluster, expected", [
+    (lambda: local_cluster(), single_controller_asks(_LOCAL_JSON, _LOCAL_JSON)),
+    (lambda: single("22.05", "running"), single_controller_asks(_REFUSED_THEN_TEXT, _TEXT)),
+    (lambda: single("24.11", "running"), single_controller_asks(_REFUSED_THEN_TEXT, _TEXT)),
+], ids=["local-24.11", "single-22.05", "single-24.11"])
+def test_single_controller_asks_what_it_asked_before(cluster, expected):
+    slurm = cluster()
+    exporter = refreshed(slurm)
+    exporter.refresh()
+    assert slurm.calls == expected
+    assert not exporter.snapshot.passive
+    assert set(series(exporter, "slurm_exporter_command_up", "command")) == set(
+        exporter_mod.COMMANDS)
+
+
+def test_primary_s_exporter_switches_with_the_primary_between_refreshes(caplog):
+    """Passive while a backup runs the cluster, everything again when the primary is back;
+    one INFO line each switch, none while the mode stays."""
+    caplog.set_level("INFO")
+    slurm = local_cluster(config=PRIMARY_UP)
+    exporter = refreshed(slurm)
+    assert value(exporter, "slurm_node_state", node="gpu-001", state="allocated") == 1
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.refresh()
+    exporter.refresh()
+    assert names(exporter) == STANDBY_SERIES
+    slurm.answers["config"] = PRIMARY_UP
+    exporter.refresh()
+    assert value(exporter, "slurm_node_state", node="gpu-001", state="allocated") == 1
+    assert series(exporter, "slurm_exporter_command_up", "command") == dict.fromkeys(
+        exporter_mod.COMMANDS, 1)
+    every = ["config", "nodes", "jobs", "sdiag", "sshare", "sacct"]
+    assert asked(slurm) == [*every, "config", "config", *every]
+    switches = [r.getMessage() for r in caplog.records
+                if r.levelname == "INFO" and r.getMessage().startswith(SWITCHES)]
+    assert len(switches) == 2
+    assert "serving the controllers' state only" in switches[0]
+    assert "asking every command" in switches[1]
+
+
+def test_primary_s_exporter_counts_usage_around_a_passive_period():
+    """Before the passive hour its own jobs, after it the jobs that end from its return on;
+    the job that ended in the passive hour is the standby's (active then) and not counted
+    here, nor are the jobs counted before it counted again."""
+    slurm = local_cluster(config=PRIMARY_UP)
+    exporter = refreshed(slurm)
+    assert value(exporter, "slurm_account_gpu_seconds_total", account="team-a") == 5402
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.clock.now += 3600
+    exporter.refresh()
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {}
+    back = LOCAL_NOW + 2 * 3600
+    slurm.answers["config"] = PRIMARY_UP
+    slurm.answers["sacct"] = (recorded("local-24.11/sacct.txt")
+                              + ended_at("18", "team-b", LOCAL_NOW + 1800)
+                              + ended_at("19", "team-b", back + 10))
+    exporter.clock.now = back
+    exporter.refresh()
+    exporter.clock.now += 30
+    exporter.refresh()
+    assert sacct_starts(slurm) == ["2026-11-26T10:00:00", at(back), at(back)]
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {
+        "team-a": 0, "team-b": 2400, "root": 0}
+
+
+def test_passive_primary_s_exporter_whose_config_fails_asks_all_but_sacct(caplog):
+    """No controller answers after a passive refresh: nodes, jobs, sdiag and sshare are asked
+    as without a backup (their failures are SlurmControllerDown), the mode stays, and sacct
+    is not asked: the standby, whose mode stays too, counts the jobs that end meanwhile."""
+    caplog.set_level("INFO")
+    slurm = local_cluster(config=PRIMARY_DOWN)
+    exporter = refreshed(slurm)
+    slurm.answers["config"] = lambda argv: NO_CONTROLLER
+    exporter.clock.now += 60
+    exporter.refresh()
+    assert asked(slurm) == ["config", "config", "nodes", "jobs", "sdiag", "sshare"]
+    assert series(exporter, "slurm_exporter_command_up", "command") == {
+        "config": 0, "nodes": 1, "jobs": 1, "sdiag": 1, "sshare": 1}
+    assert series(exporter, "slurm_account_gpu_seconds_total", "account") == {}
+    slurm.answers["config"] = PRIMARY_DOWN
+    exporter.refresh()
+    assert names(exporter) == STANDBY_SERIES
+    slurm.answers["config"] = PRIMARY_UP
+    exporter.clock.now += 60
+    exporter.refresh()
+    assert sacct_starts(slurm) == [at(LOCAL_NOW + 120)]
+    # going passive at the first refresh, back at the last: the failed ask switched nothing
+    switches = [r.getMessage() for r in caplog.records if r.getMessage().startswith(SWITCHES)]
+    assert len(switches) == 2
+
+
+def test_primary_s_exporter_once_while_a_backup_runs_the_cluster(capsys):
+    assert exporter_mod.main(["--once"], runner=local_cluster(config=PRIMARY_DOWN)) == 0
+    out = capsys.readouterr().out
+    assert 'slurm_controller_up{controller_role="backup",host="ctl2",index="1"} 1.0' in out
+    assert 'slurm_exporter_command_up{command="nodes"}' not in out
+    assert "slurm_node_state{" not in out
+
+
 def test_sdiag_text_22_05_rpcs():
     exporter = refreshed(single("22.05", "running"))
     assert value(exporter, "slurm_rpc_calls", type="REQUEST_SUBMIT_BATCH_JOB") == 13
@@ -819,7 +1275,16 @@ def test_commands_come_from_bin_dir(tmp_path):
 def test_defaults():
     args = exporter_mod.parse_args([])
     assert (args.listen_address, args.min_interval, args.command_timeout, args.slurm_bin_dir,
-            args.once) == (("127.0.0.1", 9341), 30.0, 10.0, None, False)
+            args.standby, args.once) == (("127.0.0.1", 9341), 30.0, 10.0, None, False, False)
+
+
+def test_help_says_what_standby_is_for(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        exporter_mod.parse_args(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--standby for the backup controller's machine" in text
+    assert "while the primary is DOWN and a backup runs the cluster" in text
 
 
 @pytest.mark.parametrize("text, address", [

@@ -18,6 +18,7 @@ from ansible_collections.metalslurm.cluster.plugins.plugin_utils.filters import 
 
 # The role label of a host in several groups: the first of these it is in.
 ROLE_OF_GROUP = (("slurm_controller", "controller"), ("slurmdbd", "slurmdbd"),
+                 ("slurm_controller_backup", "backup-controller"),
                  ("nfs_server", "nfs"), ("login", "login"), ("slurm_compute", "compute"))
 
 
@@ -38,6 +39,15 @@ def node_targets(groups: Mapping[str, Any], hostvars: Any, port: int) -> list[di
                             "labels": {"node": host, "role": role,
                                        "elastic": "true" if elastic else "false"}})
     return sorted(targets, key=lambda t: t["labels"]["node"])
+
+
+def slurm_targets(groups: Mapping[str, Any], hostvars: Any, port: int) -> list[dict[str, Any]]:
+    """The Slurm exporters to scrape: the controller's, and the backup controller's (which
+    runs with --standby), labelled as node_targets labels those hosts."""
+    hosts = [*(groups.get("slurm_controller") or [])[:1],
+             *(groups.get("slurm_controller_backup") or [])]
+    return [entry for entry in node_targets(groups, hostvars, port)
+            if entry["labels"]["node"] in hosts]
 
 
 def dcgm_targets(groups: Mapping[str, Any], hostvars: Any, previous: Any) -> list[dict[str, Any]]:
@@ -102,6 +112,7 @@ class FilterModule:
             "monitoring_alertmanager_receiver": filter_errors(
                 monitoring.MonitoringSettingsError)(alertmanager_receiver),
             "monitoring_node_targets": node_targets,
+            "monitoring_slurm_targets": slurm_targets,
             "monitoring_dcgm_targets": dcgm_targets,
             "monitoring_ports": monitoring_ports,
             "monitoring_rule_values": monitoring.rule_values,

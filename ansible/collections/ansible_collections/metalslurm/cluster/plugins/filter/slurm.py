@@ -5,6 +5,7 @@ Slurm writes them, records adapted to the controller's Slurm release, hostlists.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -279,10 +280,17 @@ def release_check(hosts: list[str], hostvars: Any, groups: Any,
     return {"problems": problems, "notes": notes, "upgrades": planned}
 
 
+def slurmctld_hosts(hosts: list[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """slurm.conf's ``SlurmctldHost`` values, ``name(address)``, in the order given (the
+    controller first, then its backup): one line each (slurmconf.REPEATED_SETTINGS)."""
+    return [f"{h}({hostvars[h]['metalslurm_address']})" for h in hosts]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "compute_summary": compute_summary,
+            "slurmctld_hosts": slurmctld_hosts,
             "slurm_nodes": slurm_nodes,
             "gpu_facts": gpu_facts,
             "gres_records": gres_records,

@@ -17,8 +17,8 @@ from typing import Any
 from ansible_collections.metalslurm.cluster.plugins.module_utils.elastic import JOIN_DIR
 
 __all__ = ["ACCEPT_DEFAULTS", "ACCEPT_REASON_PREFIX", "ACCOUNTING_DEFAULTS", "DEFAULTS",
-           "DEFAULT_JOB_TIME", "MUNGE_MIN_KEY_BYTES", "PROGRAMS_DIR", "SLURMCTLD_PORT",
-           "SLURMDBD_PORT", "SLURMD_PORT", "SLURM_GID", "SRUN_PORT_RANGE",
+           "DEFAULT_JOB_TIME", "HA_STATE_MOUNT", "MUNGE_MIN_KEY_BYTES", "PROGRAMS_DIR",
+           "SLURMCTLD_PORT", "SLURMDBD_PORT", "SLURMD_PORT", "SLURM_GID", "SRUN_PORT_RANGE",
            "accept_gate", "accept_settings", "accounting_settings", "cluster_defaults"]
 
 # slurmctld's and slurmd's ports (SlurmctldPort, SlurmdPort: slurm_common; the host
@@ -49,6 +49,11 @@ SLURM_GID = 64030
 # munged refuses shorter keys (the key_file module on the node, infra/stack/state.py before it
 # writes a key file); Slurm's JWT keys are as long.
 MUNGE_MIN_KEY_BYTES = 32
+# Where both controllers mount the storage that holds slurmctld's state when the inventory
+# has a backup controller (an NFS export of the nfs_server host; the local provider's host
+# directory): StateSaveLocation is a directory inside it (slurm_controller), never the mount
+# point itself, as a restore renames the state directory within its parent.
+HA_STATE_MOUNT = "/var/lib/slurm/ha"
 
 DEFAULTS: dict[str, Any] = {
     "slurmctld_port": SLURMCTLD_PORT,
@@ -69,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     # The join kit's directory on the controller (launch-terminate nodes): slurm_elastic
     # removes it when the stack has none.
     "join_dir": JOIN_DIR,
+    "ha_state_mount": HA_STATE_MOUNT,
 }
 
 # slurmdbd accounting (``metalslurm_accounting``, the stack config's

@@ -24,6 +24,9 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.cluster_default
     SLURMDBD_PORT,
     SRUN_PORT_RANGE,
 )
+from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
+    BACKUP_GROUP,
+)
 from ansible_collections.metalslurm.cluster.plugins.module_utils.monitoring import PORTS
 
 __all__ = ["NFS_PORT", "SSH_PORT", "TAG", "FirewallError", "openings", "summary"]
@@ -85,7 +88,7 @@ def openings(host: str, groups: Mapping[str, Any], addresses: Mapping[str, Any],
 
     private: list[int | str] = [SSH_PORT]
     private_why = ["ssh"]
-    if member("slurm_controller"):
+    if member("slurm_controller") or member(BACKUP_GROUP):
         private.append(SLURMCTLD_PORT)
         private_why.append("slurmctld")
     if member("slurmdbd"):
@@ -101,7 +104,7 @@ def openings(host: str, groups: Mapping[str, Any], addresses: Mapping[str, Any],
     # srun runs on login nodes, in batch scripts on compute nodes, and on the controller
     # (verify, the acceptance gate, admins): slurmctld and the steps connect back to it.
     if member("slurm_compute") or member("login") or member("slurm_controller") \
-            or host == submit_host:
+            or member(BACKUP_GROUP) or host == submit_host:
         private.append(SRUN_PORT_RANGE)
         private_why.append("srun")
     if rest_port and host == submit_host:
@@ -118,7 +121,7 @@ def openings(host: str, groups: Mapping[str, Any], addresses: Mapping[str, Any],
     ]
     if monitoring_host:
         scraped: list[int | str] = [PORTS["node_exporter"]]
-        if member("slurm_controller"):
+        if member("slurm_controller") or member(BACKUP_GROUP):
             scraped.append(PORTS["slurm_exporter"])
         if member("slurm_compute"):
             scraped.append(PORTS["dcgm_exporter"])

@@ -27,7 +27,10 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.users import (
     ssh_key_problem,
 )
 
-GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login")
+# slurm_controller_backup: zero or one host running a backup slurmctld (SlurmctldHost's
+# second line) that shares slurmctld's state with the controller (docs/how-to/failover.md).
+BACKUP_GROUP = "slurm_controller_backup"
+GROUPS = ("slurm_controller", "slurmdbd", "nfs_server", "slurm_compute", "login", BACKUP_GROUP)
 NODE_STATES = ("static", "cloud")
 # nfs: exported by the nfs_server host, mounted by the others; host-bind: the local
 # provider bind-mounts one host directory per path into every node (kernels without
@@ -167,6 +170,18 @@ def _group_problems(groups: Mapping[str, list[str]]) -> list[str]:
                             "node runs no Slurm daemon and takes no jobs; give it its own "
                             "host, or leave group login empty (the controller is then the "
                             "submit host)")
+    backups = list(groups.get(BACKUP_GROUP) or [])
+    if len(backups) > 1:
+        problems.append(f"group {BACKUP_GROUP} has {len(backups)} hosts ({', '.join(backups)}):"
+                        " use zero or one")
+    for h in backups:
+        also = [g for g in GROUPS if g != BACKUP_GROUP and h in (groups.get(g) or [])]
+        if also:
+            problems.append(f"host {h!r} is in group {BACKUP_GROUP} and in {', '.join(also)}: "
+                            "the backup controller must be a machine of its own (it takes over "
+                            "when the controller's machine is lost)")
+    if backups and not controllers:
+        problems.append(f"group {BACKUP_GROUP} has a host but slurm_controller is empty")
     nfs = list(groups.get("nfs_server") or [])
     if len(nfs) > 1:
         problems.append(f"group nfs_server has {len(nfs)} hosts ({', '.join(nfs)}): "

@@ -83,6 +83,11 @@ def slurm_time_seconds(text: str) -> int | None:
     return (parts[0] * 60 + parts[1]) * 60 + parts[2]  # HH:MM:SS
 
 
+# Settings Slurm reads as one line per value, in order (a list value gives one line each):
+# SlurmctldHost's first line is the primary controller, the next ones its backups.
+REPEATED_SETTINGS = frozenset({"SlurmctldHost"})
+
+
 def settings_lines(settings: Mapping[str, Any]) -> list[str]:
     """``Key=Value`` lines, sorted by key; keys whose value is None are left out."""
     lines = []
@@ -92,6 +97,9 @@ def settings_lines(settings: Mapping[str, Any]) -> list[str]:
         if not key or not str(key).isidentifier():
             raise SlurmConfError(f"{key!r} is not a Slurm setting name")
         try:
+            if key in REPEATED_SETTINGS and isinstance(value, (list, tuple)):
+                lines += [f"{key}={slurm_value(item)}" for item in value]
+                continue
             lines.append(f"{key}={slurm_value(value)}")
         except SlurmConfError as exc:
             raise SlurmConfError(f"setting {key}: {exc}") from None

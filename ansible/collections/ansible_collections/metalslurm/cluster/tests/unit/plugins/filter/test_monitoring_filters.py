@@ -9,6 +9,7 @@ from ansible_collections.metalslurm.cluster.plugins.filter.monitoring import (
     FilterModule,
     dcgm_targets,
     node_targets,
+    slurm_targets,
     web_password_hash,
 )
 
@@ -27,6 +28,19 @@ def test_a_node_in_several_groups_is_one_target_with_its_first_role():
         (["10.0.0.11:9100"], {"node": "gpu-001", "role": "compute", "elastic": "false"}),
         (["10.0.0.12:9100"], {"node": "gpu-002", "role": "compute", "elastic": "true"}),
         (["10.0.0.9:9100"], {"node": "nfs", "role": "nfs", "elastic": "false"})]
+
+
+def test_the_slurm_exporters_are_the_controllers_and_the_backups():
+    groups = {"slurm_controller": ["ctl"], "slurmdbd": ["ctl"], "slurm_compute": ["gpu-001"],
+              "slurm_controller_backup": ["ctl2"]}
+    hostvars = {"ctl": {"metalslurm_address": "10.0.0.10"},
+                "ctl2": {"metalslurm_address": "10.0.0.9"},
+                "gpu-001": {"metalslurm_address": "10.0.0.11"}}
+    assert [(t["targets"], t["labels"]) for t in slurm_targets(groups, hostvars, 9341)] == [
+        (["10.0.0.10:9341"], {"node": "ctl", "role": "controller", "elastic": "false"}),
+        (["10.0.0.9:9341"], {"node": "ctl2", "role": "backup-controller", "elastic": "false"})]
+    del groups["slurm_controller_backup"]
+    assert [t["labels"]["node"] for t in slurm_targets(groups, hostvars, 9341)] == ["ctl"]
 
 
 def dcgm_entry(node: str, address: str, elastic: str = "false") -> dict:

@@ -36,6 +36,21 @@ def test_an_address_outside_the_private_network_and_a_second_controller_are_name
     assert "host 'gpu-001': address 10.9.0.11 is outside the private network 10.0.0.0/24" in found
 
 
+def test_a_backup_controller_is_one_host_of_its_own():
+    ctl2 = {"metalslurm_address": "10.0.0.9"}
+    HOSTVARS["ctl2"] = ctl2
+    try:
+        assert problems(groups={**GROUPS, "slurm_controller_backup": ["ctl2"]}) == []
+        found = problems(groups={**GROUPS, "slurm_controller_backup": ["ctl2", "gpu-001"]})
+        assert "group slurm_controller_backup has 2 hosts (ctl2, gpu-001): use zero or one" \
+            in found
+        assert ("host 'gpu-001' is in group slurm_controller_backup and in slurm_compute: the "
+                "backup controller must be a machine of its own (it takes over when the "
+                "controller's machine is lost)") in found
+    finally:
+        del HOSTVARS["ctl2"]
+
+
 def test_the_contract_lists_each_variable_once():
     names = [*inventory_contract.CLUSTER_VARS, *inventory_contract.HOST_VARS,
              *inventory_contract.SECRET_FILE_VARS]
