@@ -1338,3 +1338,16 @@ def test_health_drains_are_owned_by_metalslurm_health():
     sys.modules[loader.name] = health
     loader.exec_module(health)
     assert exporter_mod.drain_owner(health.REASON_PREFIX + " gpu missing") == "metalslurm-health"
+
+
+def test_the_recorded_answer_of_a_cluster_with_a_backup_controller():
+    """``scontrol show config`` recorded on tests/e2e/test_failover.py's cluster (both
+    controllers up): its two SlurmctldHost lines and ping lines, and the controller's
+    exporter serving the cluster."""
+    text = recorded("local-ha-24.11/scontrol-show-config-both-up.txt")
+    assert "SlurmctldHost[1]        = ctl2(10.78.16.9)" in text
+    slurm = local_cluster(config=text)
+    exporter = refreshed(slurm)
+    assert controllers(exporter) == {("ctl", "primary", "0"): 1, ("ctl2", "backup", "1"): 1}
+    # MaxDBDMsgs: 2 x MaxJobCount (10,000) + 4 x its 2 compute nodes.
+    assert value(exporter, "slurm_dbd_agent_queue_limit") == 20008
