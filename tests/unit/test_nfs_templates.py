@@ -35,6 +35,23 @@ CASES: dict[str, tuple[dict, list[tuple[str, str]]]] = {
 }
 
 
+# The roles' defaults and vars the plays read, as site.yml gives them.
+VARS_FILES = [str(ROLES / f) for f in ("nfs_server/defaults/main.yml",
+                                       "nfs_client/defaults/main.yml", "nfs_client/vars/main.yml")]
+
+
+def run_play(out: Path, inventory: dict, play: list) -> None:
+    """ansible-playbook (connection local) running ``play`` over ``inventory`` in ``out``."""
+    (out / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (out / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", str(out / "inventory.yml"),
+                           str(out / "play.yml")], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Each case's files, under <out>/<case>/, from one play (connection local) over one
@@ -65,18 +82,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "dest": f"{out}/{{{{ inventory_hostname }}}}/unit-name", "mode": "0644"},
         "when": "inventory_hostname.startswith('kernel-')"})
     play = [{"hosts": "slurm_compute", "gather_facts": False,
-             "vars_files": [str(ROLES / f) for f in (
-                 "nfs_server/defaults/main.yml", "nfs_client/defaults/main.yml",
-                 "nfs_client/vars/main.yml")],
+             "vars_files": VARS_FILES,
              "tasks": tasks}]
-    (out / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (out / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", str(out / "inventory.yml"),
-                           str(out / "play.yml")], capture_output=True, text=True,
-                          env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    run_play(out, inventory, play)
     return out
 
 
@@ -125,9 +133,7 @@ def test_with_a_backup_controller_the_state_is_exported_to_the_two_controllers_o
                      "slurm_controller_backup": {"hosts": {"ctl2": None}},
                      "slurm_compute": {"hosts": {"gpu-001": None}}}}}
     play = [{"hosts": "all", "gather_facts": False,
-             "vars_files": [str(ROLES / f) for f in (
-                 "nfs_server/defaults/main.yml", "nfs_client/defaults/main.yml",
-                 "nfs_client/vars/main.yml")],
+             "vars_files": VARS_FILES,
              "tasks": [
                  {"name": "exports", "ansible.builtin.template": {
                      "src": str(ROLES / EXPORTS[0]), "dest": f"{tmp_path}/exports",
@@ -136,14 +142,7 @@ def test_with_a_backup_controller_the_state_is_exported_to_the_two_controllers_o
                      "content": "{{ __nfs_client_all_mounts | join(' ') }}",
                      "dest": f"{tmp_path}/{{{{ inventory_hostname }}}}.mounts", "mode": "0644"},
                   "when": "inventory_hostname != 'nfs'"}]}]
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True,
-                          env=env, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    run_play(tmp_path, inventory, play)
     options = "rw,sync,no_subtree_check,no_root_squash,sec=sys"
     assert body(tmp_path / "exports") == [
         "/home 10.77.0.0/24(rw,sync,no_subtree_check,root_squash,sec=sys)",
