@@ -7,16 +7,24 @@
 # cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
 # both cores busy. Once it has ended (tests/e2e/conftest.py writes the marker, whether it
 # went up or not) lane b brings up its own cluster from the images lane a built; once that
-# has ended too (its marker) the other runs start beside both lanes, one after the other:
-# the power drivers' module (its own tiny containers) beside lint and the unit tests ('all'
-# only), then the Debian 12 module (its own cluster, on the cold path), then the look-alike
-# rented servers' module (its own machines, no Debian 13 cluster; after the Debian 12
-# module, never beside it: two cold configures at once on two cores timed SSH out), then
-# the scale lab (its own container). LANE_B names lane b's modules: about half of the Debian
-# 13 modules' time (the per-module figures the runs print, with the CPU-seconds they keep
-# the machine busy); a module that names lane a's addresses stays in lane a. The module of
-# machines made anew and the backup controller's (each its own small cluster, from lane
-# a's prepared images) run last in lane b. Lane a prints as it goes; the others' logs follow it.
+# has ended too (its marker) two more runs start beside both lanes:
+# - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
+#   waits on a clock the others hold, so they take the cores whenever the clusters' runs
+#   wait, and do not slow a node's boot or a job's step while they do;
+# - one after the other: the power drivers' module (its own tiny containers), the backup
+#   controller's module (its own small cluster from lane a's prepared images; most of its
+#   time waits on SlurmctldTimeout and reboots, so it runs where the others keep the cores
+#   busy, not alone at the end), the Debian 12 module (its own cluster, on the cold path),
+#   the look-alike rented servers' module (its own machines, no Debian 13 cluster; after
+#   the Debian 12 module, never beside it: two cold configures at once on two cores timed
+#   SSH out), then the scale lab (its own container).
+# LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
+# figures the runs print, with the CPU-seconds they keep the machine busy); a module that
+# names lane a's addresses stays in lane a. The module of machines made anew (its own small
+# cluster, from lane a's prepared images) runs last in lane b. Lane a prints as it goes; the
+# others' logs follow it, then the machine's busy CPU-seconds over the whole run
+# (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how much of the two
+# cores the arrangement left idle.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -31,18 +39,34 @@ marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
         tests/e2e/test_backup_restore.py
-        tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py
-        tests/e2e/test_failover.py)
+        tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py)
+failover=tests/e2e/test_failover.py
 rented=tests/e2e/test_rented_servers.py
 power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt
 
+# The machine's busy CPU-seconds (all CPUs, /proc/stat's user to steal, in USER_HZ ticks)
+# every 10 s, "<seconds into the run> <ticks>", until the runs end.
+busy_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+sample_cpu() {
+    while :; do
+        echo "$SECONDS $(busy_ticks)" >> "$logs/schedule-cpu.txt"
+        sleep 10
+    done
+}
+sample_cpu &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null' EXIT
+
 ignore_lane_b=()
 for module in "${LANE_B[@]}"; do ignore_lane_b+=(--ignore="$module"); done
 METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e --ignore="$debian12" --ignore="$rented" \
-    --ignore="$power" --ignore="$scale_lab" "${ignore_lane_b[@]}" --durations=20 &
+    --ignore="$power" --ignore="$scale_lab" --ignore="$failover" "${ignore_lane_b[@]}" \
+    --durations=20 &
 debian13=$!
 
 # Waits until a lane's bring-up has ended (its marker $1) or its run (pid $2) has.
@@ -53,13 +77,15 @@ wait_for_bring_up() {
 }
 
 # Runs pytest on modules ($3...) beside lane a, with $2 slowest durations listed: its output
-# in .metalslurm/schedule-$1.log, its exit status in schedule-$1.rc.
+# in .metalslurm/schedule-$1.log, its exit status in schedule-$1.rc, when it ran (seconds
+# into the run) in schedule-times.txt.
 run_modules() {
-    local name=$1 durations=$2
+    local name=$1 durations=$2 began=$SECONDS
     shift 2
     "$BIN"/pytest "$@" -p no:cacheprovider --durations="$durations" \
         > "$logs/schedule-$name.log" 2>&1
     echo $? > "$logs/schedule-$name.rc"
+    echo "$name: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 }
 
 lane_b() {
@@ -70,23 +96,32 @@ lane_b() {
 lane_b &
 other_lane=$!
 
-# Lint, the unit tests and the Debian 12 module start once lane b is up too: two bring-ups'
-# boots and configures beside lint on two cores left nodes without sshd for minutes.
+# Lint and the unit tests, niced, once both lanes are up: two bring-ups' boots and
+# configures beside lint on two cores left nodes without sshd for minutes.
+lint_unit() {
+    wait_for_bring_up "$marker" "$debian13"
+    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
+    local began=$SECONDS
+    nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
+        > "$logs/schedule-lint-unit.log" 2>&1
+    echo $? > "$logs/schedule-lint-unit.rc"
+    echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
+}
+if [ "$what" = all ]; then
+    lint_unit &
+    checks=$!
+fi
+
+# The modules with clusters or machines of their own, one after the other, from the same
+# moment: the power drivers' (its own tiny containers and BMC stand-ins, no cluster; nearly
+# all its time waiting on the machines it powers), the backup controller's, Debian 12's,
+# the rented servers', the scale lab.
 beside() {
     wait_for_bring_up "$marker" "$debian13"
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
-    # The power drivers' module (its own tiny containers and BMC stand-ins, no cluster;
-    # about 11 CPU-seconds, nearly all its time waiting on the machines it powers) beside
-    # lint and the unit tests.
-    run_modules power 5 "$power" &
-    local power_run=$!
-    if [ "$what" = all ]; then
-        make --no-print-directory -j2 --output-sync=target lint unit \
-            > "$logs/schedule-lint-unit.log" 2>&1
-        echo $? > "$logs/schedule-lint-unit.rc"
-    fi
-    wait "$power_run"
+    run_modules power 5 "$power"
+    run_modules failover 10 "$failover"
     run_modules debian12 10 "$debian12"
     run_modules rented 10 "$rented"
     run_modules scale-lab 5 "$scale_lab"
@@ -96,16 +131,27 @@ others=$!
 
 wait "$debian13"
 rc=$?
-wait "$other_lane" "$others"
-echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); the power drivers' module," \
-     "lint, the unit tests, the Debian 12 and the rented servers' modules, the scale lab" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after ${SECONDS} s =="
-for run in debian13-b power lint-unit debian12 rented scale-lab; do
+echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
+wait "$other_lane" "$others" ${checks:+"$checks"}
+kill "$sampler" 2>/dev/null
+echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); lint and the unit tests" \
+     "(nice), and beside them the power drivers', the backup controller's, the Debian 12," \
+     "the rented servers' modules and the scale lab $(cat "$logs/schedule-beside.txt" \
+     2>/dev/null); all done after ${SECONDS} s =="
+for run in debian13-b lint-unit power failover debian12 rented scale-lab; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")
     echo "== $run (exit $sub) =="
     cat "$logs/schedule-$run.log" 2>/dev/null
     [ "$sub" = 0 ] || rc=1
 done
+# What the two cores did: each run's span, and the machine's busy share over the whole run.
+echo "== when each run ran (seconds into the run) =="
+cat "$logs/schedule-times.txt" 2>/dev/null
+awk -v cores="$(nproc)" -v hz="$(getconf CLK_TCK)" '
+    NR == 1 { t0 = $1; b0 = $2 } { t = $1; b = $2 }
+    END { if (t > t0) printf "== the machine was busy %.0f of %.0f CPU-s (%.0f%% of %d cores) ==\n",
+                             (b - b0) / hz, (t - t0) * cores, 100 * (b - b0) / hz / ((t - t0) * cores), cores }' \
+    "$logs/schedule-cpu.txt" 2>/dev/null
 [ "$rc" -eq 0 ] && echo "== every run passed ==" || echo "== a run failed (exit 1) =="
 exit "$rc"
