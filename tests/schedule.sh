@@ -96,11 +96,16 @@ lane_b() {
 lane_b &
 other_lane=$!
 
+# Waits until both lanes' bring-ups have ended.
+wait_for_both_lanes() {
+    wait_for_bring_up "$marker" "$debian13"
+    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
+}
+
 # Lint and the unit tests, niced, once both lanes are up: two bring-ups' boots and
 # configures beside lint on two cores left nodes without sshd for minutes.
 lint_unit() {
-    wait_for_bring_up "$marker" "$debian13"
-    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
+    wait_for_both_lanes
     local began=$SECONDS
     nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
         > "$logs/schedule-lint-unit.log" 2>&1
@@ -117,8 +122,7 @@ fi
 # all its time waiting on the machines it powers), the backup controller's, Debian 12's,
 # the rented servers', the scale lab.
 beside() {
-    wait_for_bring_up "$marker" "$debian13"
-    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
+    wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
     run_modules power 5 "$power"
     run_modules failover 10 "$failover"
