@@ -46,14 +46,19 @@ def test_a_dgx_h100_maps_each_gpu_to_its_sockets_slurm_cores(facts_module, tmp_p
     assert gpus[4]["cpus"] == "56-111,168-223"
 
 
-def test_a_recorded_h100_vm_gives_its_gpu_and_the_one_sockets_cores(facts_module, tmp_path):
-    # Recorded on a real H100 passed through to a 16-CPU VM (driver 580.159.04; see
-    # tests/fixtures/gpu/h100-vm-record.txt): one GPU, no NVLink peers, one NUMA node.
-    gpus = facts_module.gpu_facts((GPU / "h100-vm-smi.xml").read_text(),
-                                  (GPU / "h100-vm-topo.txt").read_text(),
+@pytest.mark.parametrize(("recording", "name", "uuid"), [
+    ("h100-vm", "NVIDIA H100 80GB HBM3", "GPU-92f5db81-0a99-a977-66da-a93c1ccc49d5"),
+    ("h200-vm", "NVIDIA H200", "GPU-3d836c38-b663-c548-b16b-05b9b70632ce"),
+])
+def test_a_recorded_vm_gives_its_gpu_and_the_one_sockets_cores(facts_module, tmp_path,
+                                                                recording, name, uuid):
+    # Recorded on a real H100 and a real H200, each passed through to a 16-CPU VM (driver
+    # 580.159.04; see tests/fixtures/gpu/RECORDING-record.txt): one GPU, no NVLink peers, one
+    # NUMA node.
+    gpus = facts_module.gpu_facts((GPU / f"{recording}-smi.xml").read_text(),
+                                  (GPU / f"{recording}-topo.txt").read_text(),
                                   str(cpu_tree(tmp_path, 1, 16)))
-    assert gpus == [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
-                     "uuid": "GPU-92f5db81-0a99-a977-66da-a93c1ccc49d5",
+    assert gpus == [{"index": 0, "name": name, "uuid": uuid,
                      "pci_bus_id": "00000000:00:06.0", "minor": 0, "mig_mode": "Disabled",
                      "cpus": "0-15", "numa_node": 0, "nvlink_peers": 0, "nvlinks": 0,
                      "cores": "0-15"}]

@@ -99,6 +99,35 @@ def test_a_recorded_h100_on_driver_580_parses_and_passes(bin_dir):
             ] == [("gpu_count", True), ("gpu_ecc", True), ("gpu_rows", True)]
 
 
+def test_a_recorded_h200_parses_and_passes_as_an_h200_and_fails_as_anything_else(bin_dir):
+    # Recorded on a lent H200 (tests/fixtures/gpu/h200-vm-record.txt says where and how).
+    [gpu] = health.parse_nvidia_smi_xml((GPU_FIXTURES / "h200-vm-smi.xml").read_text())
+    assert (gpu["name"], gpu["uuid"], gpu["ecc_uncorrected"]) == (
+        "NVIDIA H200", "GPU-3d836c38-b663-c548-b16b-05b9b70632ce", 0)
+    smi_replaying(bin_dir, "h200-vm-smi.xml")
+    assert [(r.check, r.ok) for r in health.check_gpus(config(gpus={"count": 1, "type": "h200"}))
+            ] == [("gpu_count", True), ("gpu_ecc", True), ("gpu_rows", True)]
+    first = health.check_gpus(config(gpus={"count": 1, "type": "h100"}))[0]
+    assert (first.ok, first.detail) == (False, "1 GPU(s) are not h100: 00000000:00:06.0")
+
+
+@pytest.mark.parametrize(("name", "kind", "same"), [
+    # Product names as NVIDIA's drivers print them (the H100 and H200 ones recorded here).
+    ("NVIDIA H100 80GB HBM3", "h100", True),
+    ("NVIDIA H200", "H200", True),
+    ("NVIDIA A100-SXM4-80GB", "a100", True),
+    ("NVIDIA L40S", "l40s", True),
+    ("NVIDIA GH200 480GB", "gh200", True),
+    # A type that is only a part of another's name is not that GPU.
+    ("NVIDIA GH200 480GB", "h200", False),
+    ("NVIDIA A100-SXM4-80GB", "a10", False),
+    ("NVIDIA L40S", "l4", False),
+    ("NVIDIA H200", "h20", False),
+])
+def test_a_gpus_type_is_a_whole_word_of_its_product_name(name, kind, same):
+    assert health.is_gpu_type(name, kind) is same
+
+
 @pytest.mark.parametrize(("element", "detail"), [
     ("unrepairable_memory", "00000000:00:06.0 has unrepairable memory (replace the GPU)"),
     ("channel_repair_pending", "00000000:00:06.0 has a CHANNEL repair pending (reset the GPU)"),
