@@ -11,18 +11,18 @@
 # - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
 #   waits on a clock the others hold, so they take the cores whenever the clusters' runs
 #   wait, and do not slow a node's boot or a job's step while they do;
-# - one after the other: the power drivers' module (its own tiny containers), the backup
-#   controller's module (its own small cluster from lane a's prepared images; most of its
-#   time waits on SlurmctldTimeout and reboots, so it runs where the others keep the cores
-#   busy, not alone at the end), the Debian 12 module (its own cluster, on the cold path),
-#   the look-alike rented servers' module (its own machines, no Debian 13 cluster; after
-#   the Debian 12 module, never beside it: two cold configures at once on two cores timed
-#   SSH out), then the scale lab (its own container).
+# - one after the other: the power drivers' module (its own tiny containers), the Debian 12
+#   module (its own cluster, on the cold path), the backup controller's module and the
+#   module of machines made anew in one run (one small cluster for both, from lane a's
+#   prepared images, brought up once: tests/e2e/conftest.py ha_cluster; most of their time
+#   waits on SlurmctldTimeout, SuspendTime and reboots, so they run where the others keep
+#   the cores busy, not alone at the end), then the scale lab (its own container).
 # LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
 # figures the runs print, with the CPU-seconds they keep the machine busy); a module that
-# names lane a's addresses stays in lane a. The module of machines made anew (its own small
-# cluster, from lane a's prepared images) runs last in lane b. Lane a prints as it goes; the
-# others' logs follow it, then the machine's busy CPU-seconds over the whole run
+# names lane a's addresses stays in lane a. After them, lane b runs the look-alike rented
+# servers' module (its own machines, no Debian 13 cluster), once the Debian 12 module has
+# ended: never beside it, as two cold configures at once on two cores timed SSH out. Lane a
+# prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds over the whole run
 # (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how much of the two
 # cores the arrangement left idle.
 # Exit status: 0 when every run passed.
@@ -38,14 +38,15 @@ logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
-        tests/e2e/test_backup_restore.py
-        tests/e2e/test_slurm_upgrade.py tests/e2e/test_launched_nodes.py)
-failover=tests/e2e/test_failover.py
+        tests/e2e/test_backup_restore.py tests/e2e/test_slurm_upgrade.py)
+# The two modules of the small cluster with a backup controller, the backup's first.
+ha=(tests/e2e/test_failover.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
 power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py
 mkdir -p "$logs"
-rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt
+rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt \
+    "$logs"/schedule-beside.pid
 
 # The machine's busy CPU-seconds (all CPUs, /proc/stat's user to steal, in USER_HZ ticks)
 # every 10 s, "<seconds into the run> <ticks>", until the runs end.
@@ -65,7 +66,8 @@ trap 'kill "$sampler" 2>/dev/null' EXIT
 ignore_lane_b=()
 for module in "${LANE_B[@]}"; do ignore_lane_b+=(--ignore="$module"); done
 METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e --ignore="$debian12" --ignore="$rented" \
-    --ignore="$power" --ignore="$scale_lab" --ignore="$failover" "${ignore_lane_b[@]}" \
+    --ignore="$power" --ignore="$scale_lab" --ignore="${ha[0]}" --ignore="${ha[1]}" \
+    "${ignore_lane_b[@]}" \
     --durations=20 &
 debian13=$!
 
@@ -92,6 +94,13 @@ lane_b() {
     wait_for_bring_up "$marker" "$debian13"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
     METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
+    # The Debian 12 module's end (its exit status written), or the end of the runs beside
+    # (their process, started after this one: its number in a file).
+    while [ ! -e "$logs/schedule-debian12.rc" ] &&
+          kill -0 "$(cat "$logs/schedule-beside.pid")" 2>/dev/null; do
+        sleep 5
+    done
+    run_modules rented 10 "$rented"
 }
 lane_b &
 other_lane=$!
@@ -119,30 +128,30 @@ fi
 
 # The modules with clusters or machines of their own, one after the other, from the same
 # moment: the power drivers' (its own tiny containers and BMC stand-ins, no cluster; nearly
-# all its time waiting on the machines it powers), the backup controller's, Debian 12's,
-# the rented servers', the scale lab.
+# all its time waiting on the machines it powers), Debian 12's, the backup controller's and
+# the machines made anew (one run), the scale lab.
 beside() {
     wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
     run_modules power 5 "$power"
-    run_modules failover 10 "$failover"
     run_modules debian12 10 "$debian12"
-    run_modules rented 10 "$rented"
+    run_modules ha 10 "${ha[@]}"
     run_modules scale-lab 5 "$scale_lab"
 }
 beside &
 others=$!
+echo "$others" > "$logs/schedule-beside.pid"
 
 wait "$debian13"
 rc=$?
 echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
 wait "$other_lane" "$others" ${checks:+"$checks"}
 kill "$sampler" 2>/dev/null
-echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); lint and the unit tests" \
-     "(nice), and beside them the power drivers', the backup controller's, the Debian 12," \
-     "the rented servers' modules and the scale lab $(cat "$logs/schedule-beside.txt" \
-     2>/dev/null); all done after ${SECONDS} s =="
-for run in debian13-b lint-unit power failover debian12 rented scale-lab; do
+echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null), then the rented servers'" \
+     "module; lint and the unit tests (nice), and beside them the power drivers', the" \
+     "Debian 12, the backup controller's and the machines made anew modules and the scale" \
+     "lab $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after ${SECONDS} s =="
+for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")
     echo "== $run (exit $sub) =="

@@ -105,6 +105,14 @@ DEBIAN13_LANES = {"a": {}, "b": {"file": "Pulumi.e2e-debian13b.yaml",
                                  "metalslurm:privateCidr": "10.78.14.0/24"}}
 
 
+# The small cluster with a backup controller and a launch-terminate node, brought up once for
+# the backup controller's module and the module of machines made anew (conftest.py
+# ha_cluster); LocalStack's elastic and submit_host of it.
+HA_STACK = "Pulumi.e2e-ha.yaml"
+HA_ELASTIC = ("gpu-002",)
+HA_SUBMIT_HOST = "login-001"
+
+
 def debian13_lane() -> str:
     """The lane this pytest run's Debian 13 modules use (METALSLURM_E2E_LANE, a or b)."""
     lane = os.environ.get("METALSLURM_E2E_LANE", "a")

@@ -5,7 +5,10 @@ METALSLURM_E2E_LANE; tests/schedule.sh runs two lanes at once), brought up once 
 from nothing (leftovers of earlier runs removed first) and removed at the end; each module
 leaves it as it found it: jobs finished, elastic nodes powered down, the stack config's
 settings in place, so modules run in any order, and in either lane unless they name lane
-a's addresses. The Debian 12 module brings up its own small cluster. This file holds the
+a's addresses. The backup controller's module and the module of machines made anew share
+one small cluster (``ha_cluster``), brought up once for both when they run in one session
+(the backup controller's first: tests/schedule.sh). The Debian 12 module brings up its own
+small cluster. This file holds the
 fixtures and hooks only: what the modules share is in tests/e2e/cluster.py (evidence of a
 failure in tests/e2e/evidence.py); no test module imports another, nor this file. Each
 module's wall time, the CPU-seconds the machine was busy meanwhile, and those of the module's
@@ -30,6 +33,9 @@ import yaml
 from infra.ops.local import stack_name
 from tests.e2e.cluster import (
     DEBIAN13_STACK,
+    HA_ELASTIC,
+    HA_STACK,
+    HA_SUBMIT_HOST,
     LocalStack,
     cluster_containers,
     debian13_lane,
@@ -163,3 +169,32 @@ def debian13():
     _SHARED[f"Debian 13 cluster {name} brought up"] = time.monotonic() - start
     yield cluster
     metalslurm("local", "down", "--stack", str(stack))
+
+
+@pytest.fixture(scope="session")
+def ha_cluster():
+    """The small cluster of the backup controller's module and of the machines made anew
+    (HA_STACK: ctl and its backup ctl2, a login node, gpu-001 static, gpu-002
+    launch-terminate), brought up once per session from nothing and removed at its end
+    (the controller's machine started first, should a test have left it stopped)."""
+    stack = e2e_stack(HA_STACK)
+    name = yaml.safe_load(stack.read_text())["config"]["metalslurm:clusterName"]
+    cluster = LocalStack(stack, name, stack_name(stack),
+                         subprocess.CompletedProcess(["local", "up"], 0, "", ""),
+                         elastic=HA_ELASTIC, submit_host=HA_SUBMIT_HOST)
+    if os.environ.get("METALSLURM_E2E_REUSE"):
+        # Developer shortcut: test against the cluster a previous 'local up' left running.
+        yield cluster
+        return
+    start = time.monotonic()
+    metalslurm("local", "down", "--stack", str(stack))
+    assert cluster_containers(name) == []
+    cluster.up = metalslurm("local", "up", "--stack", str(stack), timeout=2400)
+    _SHARED[f"the backup controller's cluster {name} brought up"] = time.monotonic() - start
+    try:
+        assert cluster.up.returncode == 0, cluster.up.stdout[-4000:]
+        yield cluster
+    finally:
+        subprocess.run(["podman", "start", f"{name}-ctl"], capture_output=True, check=False)
+        metalslurm("local", "down", "--stack", str(stack))
+        assert cluster_containers(name) == []

@@ -5,17 +5,17 @@ accepted; the controller's machine comes back, its slurmctld takes control back 
 (the documented way back, docs/how-to/failover.md), and sacct shows all three jobs once
 slurmdbd (on the controller) is reachable again.
 
-This module brings up and removes its own small cluster (tests/e2e/stacks/
-Pulumi.e2e-failover.yaml: ctl with slurmdbd and Prometheus, ctl2 the backup, which share
-slurmctld's state through one host directory mounted into both, a login node, gpu-001
-static and gpu-002 elastic), from the Debian 13 prepared images the other modules use.
-The failover's time is appended to .metalslurm/e2e-failover-timings.txt.
+Its cluster is the small one it shares with the module of machines made anew
+(tests/e2e/stacks/Pulumi.e2e-ha.yaml, conftest.py ha_cluster: ctl with slurmdbd, ctl2 the
+backup, which share slurmctld's state through one host directory mounted into both, a
+login node with Prometheus, gpu-001 static, where its jobs run, and gpu-002 elastic), from
+the Debian 13 prepared images the other modules use. It leaves both controllers in their
+roles. The failover's time is appended to .metalslurm/e2e-failover-timings.txt.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -25,12 +25,11 @@ import urllib.parse
 import pytest
 
 from tests.e2e.cluster import (
+    HA_SUBMIT_HOST,
     HTTP_GET,
     REPO,
     LocalStack,
-    cluster_containers,
     console,
-    e2e_stack,
     metalslurm,
     ssh_user,
     wait_for,
@@ -38,9 +37,8 @@ from tests.e2e.cluster import (
 
 PROMETHEUS = "http://10.78.16.253:9090"  # on the login node (the stack's monitoring.host)
 
-STACK = e2e_stack("Pulumi.e2e-failover.yaml")
-CLUSTER = "ms-e2eha"
-LOGIN = "login-001"
+CLUSTER = "ms-e2eha"  # the stack's clusterName: its containers' names begin with it
+LOGIN = HA_SUBMIT_HOST
 TIMINGS = REPO / ".metalslurm" / "e2e-failover-timings.txt"
 # The stack's SlurmctldTimeout: the backup takes over after this long without an answer.
 SLURMCTLD_TIMEOUT = 20
@@ -50,25 +48,13 @@ RELEASE = "/run/metalslurm-e2e-failover-release"
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    if os.environ.get("METALSLURM_E2E_REUSE"):
-        # Developer shortcut: test against the cluster a previous 'local up' left running.
-        yield LocalStack(stack=STACK, name=CLUSTER, state_name="e2e-failover",
-                         up=subprocess.CompletedProcess(["local", "up"], 0, "", ""),
-                         elastic=("gpu-002",), submit_host=LOGIN)
-        return
-    metalslurm("local", "down", "--stack", str(STACK))
-    proc = metalslurm("local", "up", "--stack", str(STACK), timeout=2400)
-    stack = LocalStack(stack=STACK, name=CLUSTER, state_name="e2e-failover", up=proc,
-                       elastic=("gpu-002",), submit_host=LOGIN)
+def cluster(ha_cluster):
+    assert ha_cluster.name == CLUSTER
     try:
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        yield stack
+        yield ha_cluster
     finally:
         # The controller's machine is started again should a test have left it stopped.
         subprocess.run(["podman", "start", f"{CLUSTER}-ctl"], capture_output=True, check=False)
-        metalslurm("local", "down", "--stack", str(STACK))
-        assert cluster_containers(CLUSTER) == []
 
 
 def ping(cluster: LocalStack) -> dict[str, str]:
@@ -262,7 +248,7 @@ def test_the_backup_takes_over_again_while_slurmdbd_is_away(cluster):
 def test_a_configure_after_the_failovers_changes_nothing(cluster):
     """Both controllers back in their roles, the backup restarted in standby: a second run
     of the playbook finds nothing to change on either."""
-    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    proc = metalslurm("local", "up", "--stack", str(cluster.stack), "--no-verify")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", proc.stdout,
                      re.M), proc.stdout[-4000:]

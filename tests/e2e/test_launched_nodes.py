@@ -8,11 +8,13 @@ ResumeFailProgram, its job requeued, never left half joined. The static node's m
 lost and 'up' makes it anew. Last, the elastic node goes back to
 start-stop mode: the controller's join service, kit and secrets' copies are removed.
 
-This module brings up and removes its own small cluster (tests/e2e/stacks/
-Pulumi.e2e-launched.yaml: a controller, a login node, gpu-001 static, gpu-002
-launch-terminate, monitoring on), from the Debian 13 prepared images the other modules use
-(its install settings are theirs, so it builds none). Each resume's split (machine made,
-joined, job started) is appended to .metalslurm/e2e-launched-timings.txt.
+Its cluster is the small one it shares with the backup controller's module, which runs
+first (tests/e2e/stacks/Pulumi.e2e-ha.yaml, conftest.py ha_cluster: ctl and its backup
+ctl2, a login node, gpu-001 static, gpu-002 launch-terminate, monitoring on), from the
+Debian 13 prepared images the other modules use (its install settings are theirs, so it
+builds none). Its last test leaves gpu-002 in start-stop mode, in the stack file too. Each
+resume's split (machine made, joined, job started) is appended to
+.metalslurm/e2e-launched-timings.txt.
 """
 
 from __future__ import annotations
@@ -28,19 +30,17 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import (
+    HA_ELASTIC,
     POWER_LOG,
     REPO,
     LocalStack,
-    cluster_containers,
     console,
-    e2e_stack,
     metalslurm,
     wait_for,
 )
 
-STACK = e2e_stack("Pulumi.e2e-launched.yaml")
-CLUSTER = "ms-e2elt"
-NODE = "gpu-002"
+CLUSTER = "ms-e2eha"  # the stack's clusterName: its containers' names begin with it
+[NODE] = HA_ELASTIC
 CONTAINER = f"{CLUSTER}-{NODE}"
 TIMINGS = REPO / ".metalslurm" / "e2e-launched-timings.txt"
 JOIN_DIR = "/var/lib/metalslurm/join"
@@ -53,17 +53,9 @@ MADE: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    metalslurm("local", "down", "--stack", str(STACK))
-    proc = metalslurm("local", "up", "--stack", str(STACK), timeout=2400)
-    stack = LocalStack(stack=STACK, name=CLUSTER, state_name="e2e-launched", up=proc,
-                       elastic=(NODE,))
-    try:
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        yield stack
-    finally:
-        metalslurm("local", "down", "--stack", str(STACK))
-        assert cluster_containers(CLUSTER) == []
+def cluster(ha_cluster):
+    assert ha_cluster.name == CLUSTER
+    return ha_cluster
 
 
 def container_id() -> str:
@@ -274,7 +266,7 @@ def test_up_makes_a_failed_static_node_anew(cluster):
     subprocess.run(["podman", "rm", "--force", "--time", "0", name], check=True,
                    capture_output=True)
     started = time.monotonic()
-    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    proc = metalslurm("local", "up", "--stack", str(cluster.stack), "--no-verify")
     assert proc.returncode == 0, proc.stdout[-3000:]
     made = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
     assert made and made != lost
@@ -289,7 +281,7 @@ def test_up_makes_a_failed_static_node_anew(cluster):
 
 def test_a_second_up_changes_nothing(cluster):
     wait_for(f"{NODE} powered down", lambda: container_id() == "", timeout=SUSPEND_WITHIN)
-    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    proc = metalslurm("local", "up", "--stack", str(cluster.stack), "--no-verify")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", proc.stdout,
                      re.M), proc.stdout[-3000:]
@@ -309,10 +301,10 @@ def test_leaving_launch_terminate_removes_the_join(cluster):
     cluster.ctl("systemctl stop metalslurm-join.path && runuser -u slurm -- sh -ec "
                 "'cd /run/metalslurm-join; ln -s /etc/ssh link; "
                 "i=0; while [ $i -lt 1500 ]; do mkdir d; cd d; i=$((i+1)); done'")
-    doc = yaml.safe_load(STACK.read_text())
+    doc = yaml.safe_load(cluster.stack.read_text())
     doc["config"]["metalslurm:local"]["elasticMode"] = "start-stop"
-    STACK.write_text(yaml.safe_dump(doc, sort_keys=False))
-    proc = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    cluster.stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = metalslurm("local", "up", "--stack", str(cluster.stack), "--no-verify")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert re.search(r"^configure successful in \d+\.\d s, [1-9]\d* changed task\(s\)$",
                      proc.stdout, re.M), proc.stdout[-3000:]
@@ -331,7 +323,7 @@ def test_leaving_launch_terminate_removes_the_join(cluster):
              lambda: cluster.slurm_state(NODE) == "idle~", timeout=SUSPEND_WITHIN)
     keys = (cluster.state / "nodes" / NODE / "authorized_keys").read_text()
     assert "metalslurm-join-" not in keys and keys.count("\n") == 1, keys
-    again = metalslurm("local", "up", "--stack", str(STACK), "--no-verify")
+    again = metalslurm("local", "up", "--stack", str(cluster.stack), "--no-verify")
     assert again.returncode == 0, again.stdout[-3000:]
     assert re.search(r"^configure successful in \d+\.\d s, 0 changed task\(s\)$", again.stdout,
                      re.M), again.stdout[-3000:]

@@ -81,12 +81,13 @@ def test_clusters_that_differ_only_outside_the_install_settings_share_images():
     assert refs(other) == refs(raw)
 
 
-def test_the_launched_nodes_module_uses_the_debian13_clusters_images():
+def test_the_small_clusters_modules_use_the_debian13_clusters_images():
     """tests/e2e's clusters on Debian 13 share one builder, so the suite builds their
-    prepared images once (the launched module's cluster builds none of its own)."""
+    prepared images once (the small cluster of the backup controller and the machines made
+    anew builds none of its own)."""
     stacks = REPO / "tests" / "e2e" / "stacks"
     builders = [builder_config(yaml.safe_load((stacks / f"Pulumi.e2e-{name}.yaml").read_text())[
-        "config"], stacks) for name in ("debian13", "launched")]
+        "config"], stacks) for name in ("debian13", "ha")]
     assert builders[0] == builders[1]
 
 
