@@ -107,8 +107,11 @@ DEBIAN13_LANES = {"a": {}, "b": {"file": "Pulumi.e2e-debian13b.yaml",
 
 # The small cluster with a backup controller and a launch-terminate node, brought up once for
 # the backup controller's module and the module of machines made anew (conftest.py
-# ha_cluster); LocalStack's elastic and submit_host of it.
+# ha_cluster); its name (the stack file's, which its containers' names begin with), and
+# LocalStack's elastic and submit_host of it.
 HA_STACK = "Pulumi.e2e-ha.yaml"
+HA_CLUSTER = str(yaml.safe_load((STACKS / HA_STACK).read_text())["config"][
+    "metalslurm:clusterName"])
 HA_ELASTIC = ("gpu-002",)
 HA_SUBMIT_HOST = "login-001"
 

@@ -33,6 +33,7 @@ import yaml
 from infra.ops.local import stack_name
 from tests.e2e.cluster import (
     DEBIAN13_STACK,
+    HA_CLUSTER,
     HA_ELASTIC,
     HA_STACK,
     HA_SUBMIT_HOST,
@@ -177,8 +178,7 @@ def ha_cluster():
     (HA_STACK: ctl and its backup ctl2, a login node, gpu-001 static, gpu-002
     launch-terminate), brought up once per session from nothing and removed at its end
     (the controller's machine started first, should a test have left it stopped)."""
-    stack = e2e_stack(HA_STACK)
-    name = yaml.safe_load(stack.read_text())["config"]["metalslurm:clusterName"]
+    stack, name = e2e_stack(HA_STACK), HA_CLUSTER
     cluster = LocalStack(stack, name, stack_name(stack),
                          subprocess.CompletedProcess(["local", "up"], 0, "", ""),
                          elastic=HA_ELASTIC, submit_host=HA_SUBMIT_HOST)

@@ -25,6 +25,7 @@ import urllib.parse
 import pytest
 
 from tests.e2e.cluster import (
+    HA_CLUSTER,
     HA_SUBMIT_HOST,
     HTTP_GET,
     REPO,
@@ -37,7 +38,7 @@ from tests.e2e.cluster import (
 
 PROMETHEUS = "http://10.78.16.253:9090"  # on the login node (the stack's monitoring.host)
 
-CLUSTER = "ms-e2eha"  # the stack's clusterName: its containers' names begin with it
+CLUSTER = HA_CLUSTER
 LOGIN = HA_SUBMIT_HOST
 TIMINGS = REPO / ".metalslurm" / "e2e-failover-timings.txt"
 # The stack's SlurmctldTimeout: the backup takes over after this long without an answer.
@@ -49,7 +50,6 @@ RELEASE = "/run/metalslurm-e2e-failover-release"
 
 @pytest.fixture(scope="module")
 def cluster(ha_cluster):
-    assert ha_cluster.name == CLUSTER
     try:
         yield ha_cluster
     finally:
