@@ -1,15 +1,18 @@
-"""Run ansible/site.yml through ansible-runner with per-host progress and a timing summary.
+"""Run ansible/site.yml with per-host progress and a timing summary.
 
-Same playbook, same inventory as ``ansible-playbook -i INVENTORY ansible/site.yml``;
-this only adds compact progress output and a result object the tests can read
-(the number of changed tasks, per host).
+Same playbook, same inventory, same ansible.cfg as ``ansible-playbook -i INVENTORY
+ansible/site.yml`` from a shell: this only adds compact progress output and a result object
+the tests can read (the number of changed tasks, per host), from the events the
+collection's ``events`` callback writes to a pipe.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -26,6 +29,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO_ROOT / "ansible"
 # When stdout is not a terminal (a CI log), a progress line at least this often.
 HEARTBEAT_SECONDS = 15.0
+# The callback that hands run_playbook its events (ansible/collections/.../callback/events.py).
+EVENTS_CALLBACK = "metalslurm.cluster.events"
+# How long the events still being read may take once ansible-playbook has exited.
+EVENTS_DRAIN_SECONDS = 30.0
 
 
 @dataclass
@@ -66,7 +73,7 @@ EXPECTED_WARNINGS = frozenset(
 
 
 class _Progress:
-    """Turns ansible-runner events into one line per task and per problem."""
+    """Turns the run's events into one line per task and per problem."""
 
     def __init__(self, out: Callable[[str], None]) -> None:
         self.out = out
@@ -235,8 +242,56 @@ def _diff_list(diff: Any) -> list[dict[str, Any]]:
     return [d for d in diff if isinstance(d, dict)] if isinstance(diff, list) else []
 
 
+class _EventReader:
+    """Reads the events callback's JSON lines from a pipe in a thread, hands each event to
+    ``on_event`` and keeps the recap's counts (``stats``: ok, changed, failures, dark...,
+    each host to its count)."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self.on_event = on_event
+        self.stats: dict[str, dict[str, int]] = {}
+        self.thread: threading.Thread | None = None
+
+    def start(self, fd: int) -> None:
+        self.thread = threading.Thread(target=self._read, args=(fd,), daemon=True,
+                                       name="configure-events")
+        self.thread.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as stream:
+            for line in stream:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(event, dict):
+                    continue
+                if event.get("event") == "playbook_on_stats":
+                    data = event.get("event_data") or {}
+                    self.stats = {k: v for k, v in data.items() if isinstance(v, dict)}
+                self.on_event(event)
+
+    def join(self) -> None:
+        """Wait for the last events: the pipe ends when every process holding it has (a
+        process forked from ansible-playbook may outlive it by a moment)."""
+        if self.thread:
+            self.thread.join(EVENTS_DRAIN_SECONDS)
+
+
+def ansible_playbook() -> str:
+    """This interpreter's ansible-playbook (the virtualenv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    return str(beside) if beside.exists() else (shutil.which("ansible-playbook")
+                                                 or "ansible-playbook")
+
+
+def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start ansible-playbook (the unit tests start a stand-in here)."""
+    return subprocess.Popen(argv, **kwargs)
+
+
 def venv_on_path() -> None:
-    """ansible-runner and testinfra call ansible-* by name: use this interpreter's."""
+    """testinfra and Ansible's own tools call ansible-* by name: use this interpreter's."""
     bindir = str(Path(sys.executable).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != bindir:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
@@ -253,6 +308,74 @@ def stack_run_vars(drain_wait: float | None) -> dict[str, Any]:
     return extra
 
 
+def _ansible_env(strategy: str | None) -> dict[str, str]:
+    """This process's environment, ansible.cfg named, the events callback enabled beside
+    any the caller enabled, and ``strategy`` when given."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+           "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_CALLBACKS_ENABLED": ",".join(filter(None, (
+               os.environ.get("ANSIBLE_CALLBACKS_ENABLED"), EVENTS_CALLBACK)))}
+    if strategy:
+        env["ANSIBLE_STRATEGY"] = strategy
+    if strategy and strategy.startswith("mitogen"):
+        import ansible_mitogen  # optional: pip install mitogen
+
+        env["ANSIBLE_STRATEGY_PLUGINS"] = str(
+            Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
+    return env
+
+
+def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
+                 on_event: Callable[[dict[str, Any]], None],
+                 extra_vars: dict[str, Any] | None,
+                 become_password: str | None) -> tuple[int, dict[str, dict[str, int]], str]:
+    """Run ``argv`` (ansible-playbook and its options) on ``playbook``, its events to
+    ``on_event``: (exit status, the recap's counts, the last 3000 characters it printed).
+    Extra variables go in a 0600 file of a private directory removed afterwards; a sudo
+    password through a pipe (``--become-password-file /dev/fd/N``), never a file."""
+    private = Path(tempfile.mkdtemp(prefix="metalslurm-configure-"))  # 0700
+    handed: list[int] = []  # the pipes' ends ansible-playbook gets
+    events = _EventReader(on_event)
+    try:
+        if extra_vars:
+            vars_file = private / "extra-vars.json"
+            fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(extra_vars, f)
+            argv = [*argv, "--extra-vars", f"@{vars_file}"]
+        if become_password is not None:
+            read_end, write_end = os.pipe()
+            handed.append(read_end)
+            os.write(write_end, become_password.encode() + b"\n")
+            os.close(write_end)
+            argv = [*argv, "--become-password-file", f"/dev/fd/{read_end}"]
+        read_events, write_events = os.pipe()
+        handed.append(write_events)
+        output_path = private / "output.txt"
+        with open(output_path, "wb") as output:
+            proc = spawn([*argv, playbook], cwd=ANSIBLE_DIR,
+                         env={**env, "METALSLURM_EVENTS_FD": str(write_events)},
+                         stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                         pass_fds=handed)
+        for fd in handed:
+            os.close(fd)
+        handed.clear()
+        events.start(read_events)
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C: the run stops with this process
+            proc.terminate()
+            proc.wait()
+            raise
+        events.join()
+        return rc, events.stats, output_path.read_text(errors="replace")[-3000:]
+    finally:
+        for fd in handed:
+            os.close(fd)
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def run_playbook(inventory: str | Path, *, limit: str | None = None,
                  tags: str | None = None, check: bool = False, diff: bool = False,
                  verbosity: int = 0,
@@ -266,13 +389,17 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     for a failed play.
 
     ``strategy="mitogen_linear"`` runs it with Mitogen's strategy (the ``mitogen``
-    package must be installed); the default is Ansible's own ``linear``. ``out`` gets a
-    line per changed task and per problem (None: no line). With ``heartbeat``, it gets a
-    progress line whenever ``heartbeat_every`` seconds pass with no line printed there or
-    on ``out`` (see :func:`heartbeat_for`).
-    """
-    import ansible_runner  # imported here: it is slow to import and only needed here
+    package must be installed); the default is ansible.cfg's. ``out`` gets a line per
+    changed task and per problem (None: no line). With ``heartbeat``, it gets a progress
+    line whenever ``heartbeat_every`` seconds pass with no line printed there or on
+    ``out`` (see :func:`heartbeat_for`).
 
+    ansible-playbook runs as it would from a shell, with ansible.cfg as it is (its host key
+    checking and fact cache included), and the collection's ``events`` callback writing its
+    events as JSON lines to a pipe this process reads (plugins/callback/events.py). Extra
+    variables go in a 0600 file of a private directory, removed after the run; a sudo
+    password through a second pipe (``--become-password-file /dev/fd/N``), never a file.
+    """
     inventory = Path(inventory).resolve()
     venv_on_path()
     if not inventory.exists():
@@ -281,66 +408,32 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     lines = out or (lambda _line: None)
     progress = _Progress(beats.watch(lines) if beats and out else lines)
 
-    def on_event(event: dict[str, Any]) -> bool:
+    def on_event(event: dict[str, Any]) -> None:
         if beats:
             beats.event(event)
-        return progress(event)
+        progress(event)
 
     stop = threading.Event()
     beating = threading.Thread(target=beats.run, args=(stop, min(1.0, heartbeat_every / 4)),
                                name="configure-heartbeat", daemon=True) if beats else None
     if beating:
         beating.start()
-    cmdline = []
-    if check:
-        cmdline.append("--check")
-    if diff:
-        cmdline.append("--diff")
-    if tags:
-        cmdline += ["--tags", tags]
-    # sudo's password, answered to ansible-playbook's own prompt (held in memory: never an
-    # extra variable, which ansible-runner would write to its directory).
-    passwords = {}
-    if become_password is not None:
-        cmdline.append("--ask-become-pass")
-        passwords[r"^BECOME password.*:\s*?$"] = become_password
-    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
-               "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0"}
-    if strategy:
-        envvars["ANSIBLE_STRATEGY"] = strategy
-    if strategy and strategy.startswith("mitogen"):
-        import ansible_mitogen  # optional: pip install mitogen
-
-        envvars["ANSIBLE_STRATEGY_PLUGINS"] = str(
-            Path(ansible_mitogen.__file__).parent / "plugins" / "strategy")
-    private = Path(tempfile.mkdtemp(prefix="metalslurm-runner-"))
+    argv = [ansible_playbook(), "-i", str(inventory)]
+    argv += ["--limit", limit] if limit else []
+    argv += ["--tags", tags] if tags else []
+    argv += ["--check"] if check else []
+    argv += ["--diff"] if diff else []
+    argv += ["-" + "v" * verbosity] if verbosity else []
     try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            project_dir=str(ANSIBLE_DIR),
-            playbook=playbook,
-            inventory=str(inventory),
-            limit=limit,
-            cmdline=" ".join(cmdline) or None,
-            extravars=extra_vars or {},
-            verbosity=verbosity,
-            envvars=envvars,
-            event_handler=on_event,
-            passwords=passwords,
-            quiet=True,
-            suppress_env_files=True,
-        )
-        stats = runner.stats or {}
-        rc = runner.rc
-        status = runner.status
-        if rc != 0 and not progress.failures:
-            tail = runner.stdout.read()[-3000:] if runner.stdout else ""
-            progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
+        rc, stats, tail = _run_ansible(argv, str(ANSIBLE_DIR / playbook), _ansible_env(strategy),
+                                       on_event, extra_vars, become_password)
     finally:
         stop.set()
         if beating:
             beating.join()
-        shutil.rmtree(private, ignore_errors=True)
+    if rc != 0 and not progress.failures:
+        progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
+    status = "successful" if rc == 0 else "failed"
     result = ConfigureResult(
         rc=rc, status=status, seconds=time.monotonic() - progress.start,
         stats={k: dict(v) for k, v in stats.items() if isinstance(v, dict)},

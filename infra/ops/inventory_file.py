@@ -4,7 +4,7 @@
 inventory every provider writes (``.metalslurm/<stack>/inventory.yml``) or one written by
 hand in the same format. Its structure is checked here as Ansible's YAML inventory plugin
 reads it (groups are mappings of ``hosts``, ``children`` and ``vars``; ``hosts`` maps a host
-name to its variables), before ansible-runner or pytest start, so a file that is not an
+name to its variables), before ansible-playbook or pytest start, so a file that is not an
 inventory gets one line naming it instead of a failure half-way. The inventory contract
 itself (one controller, addresses in the private network, ...) is
 :func:`infra.stack.inventory.inventory_problems`, which the playbook's first play runs.

@@ -1,7 +1,7 @@
 """Bad input on the metalslurm CLI: one line on stderr naming the argument, exit 2, nothing
 written, never a traceback (issue 22).
 
-Every case runs ``main`` in an empty working directory with subprocesses, ansible-runner
+Every case runs ``main`` in an empty working directory with subprocesses, ansible-playbook
 and sockets replaced by a tripwire: bad input must be refused before any of them, so a
 case that reaches one fails. One test walks the argparse parser and feeds every file
 argument of every subcommand a binary file, so a file argument added later is held to
@@ -37,7 +37,7 @@ SSH_KEY.chmod(0o600)
 
 
 class Reached(BaseException):
-    """A command got past its input checks to a subprocess, ansible-runner or a socket (a
+    """A command got past its input checks to a subprocess, ansible-playbook or a socket (a
     BaseException, so that no command's error handling can swallow it)."""
 
 
@@ -84,13 +84,13 @@ def refuse(tmp_path, monkeypatch, capsys):
     """Run main(argv) as a user would, in an empty directory, with tripwires on anything a
     refused command must not reach; return (rc, stdout, stderr) after checking that
     nothing was written anywhere."""
-    import ansible_runner
+    from infra.ops import configure
 
     def tripwire(*args, **_kwargs):
         raise Reached(f"reached {args[:1]}")
 
     monkeypatch.setattr(subprocess, "Popen", tripwire)
-    monkeypatch.setattr(ansible_runner, "run", tripwire)
+    monkeypatch.setattr(configure, "spawn", tripwire)  # ansible-playbook
     monkeypatch.setattr(socket.socket, "connect", tripwire)
     work = tmp_path / "cwd"
     temp = tmp_path / "tmp"

@@ -1,6 +1,8 @@
-"""What configure prints (infra/ops/configure.py), with ansible-runner replaced by a fake that
-hands run_playbook a list of events: each NOTE once with its hosts as a hostlist, and a
-progress line when nothing was printed for 15 s (stdout not a terminal)."""
+"""What configure prints (infra/ops/configure.py), with ansible-playbook replaced by a
+stand-in process that writes a list of events to the pipe run_playbook reads: each NOTE
+once with its hosts as a hostlist, and a progress line when nothing was printed for 15 s
+(stdout not a terminal). Then the real ansible-playbook on this machine (connection local)
+with the collection's events callback: what a run's result says, and what it never holds."""
 
 from __future__ import annotations
 
@@ -8,13 +10,15 @@ import io
 import itertools
 import json
 import re
+import subprocess
 import sys
-import time
-import types
+import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from infra.ops.configure import _Heartbeat, fold_notes, heartbeat_for, print_summary, run_playbook
 
@@ -36,20 +40,53 @@ def on_host(kind: str, n: int, task: str, host: str, msg: str | None = None) -> 
                                           "host": host, "res": res}}
 
 
-def fake_runner(monkeypatch, steps: list[dict[str, Any] | float]) -> None:
-    """ansible_runner.run handing the events in ``steps`` to the event handler, sleeping
-    where a step is a number of seconds."""
-    def run(**kwargs: Any) -> types.SimpleNamespace:
-        for step in steps:
-            if isinstance(step, dict):
-                kwargs["event_handler"](step)
-            else:
-                time.sleep(step)
-        ok = {h: 1 for h in HOSTS}
-        return types.SimpleNamespace(stats={"ok": ok, "changed": {}}, rc=0,
-                                     status="successful", stdout=None)
+# The stand-in for ansible-playbook: the events of a spec file to the events pipe (a number:
+# that many seconds' sleep), the recap, what the spec says it printed, its exit status; and
+# the sudo password it was handed, if any, to the file the spec names.
+STAND_IN = textwrap.dedent("""
+    import json, os, sys, time
+    spec = json.load(open(sys.argv[1]))
+    if "--become-password-file" in sys.argv:
+        given = sys.argv[sys.argv.index("--become-password-file") + 1]
+        with open(given) as f, open(spec["password_seen"], "w") as seen:
+            seen.write(f.read())
+    out = os.fdopen(int(os.environ["METALSLURM_EVENTS_FD"]), "w", buffering=1)
+    for step in spec["events"]:
+        if isinstance(step, dict):
+            out.write(json.dumps(step) + "\\n")
+        else:
+            time.sleep(step)
+    out.write(json.dumps({"event": "playbook_on_stats", "event_data": spec["stats"]}) + "\\n")
+    print(spec["printed"])
+    sys.exit(spec["rc"])
+""")
 
-    monkeypatch.setitem(sys.modules, "ansible_runner", types.SimpleNamespace(run=run))
+
+def stand_in_playbook(monkeypatch, tmp_path, steps: list[dict[str, Any] | float], rc: int = 0,
+                      printed: str = "") -> dict[str, Any]:
+    """run_playbook's ansible-playbook replaced by STAND_IN with ``steps``; returns what it
+    was started with (argv, env) and the files of the run's private directory then."""
+    from infra.ops import configure
+
+    spec = tmp_path / "stand-in.json"
+    spec.write_text(json.dumps({"events": steps, "rc": rc, "printed": printed,
+                                "stats": {"ok": {h: 1 for h in HOSTS}, "changed": {}},
+                                "password_seen": str(tmp_path / "password-seen")}))
+    script = tmp_path / "stand-in-playbook.py"
+    script.write_text(STAND_IN)
+    seen: dict[str, Any] = {}
+
+    def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        private = Path(kwargs["stdout"].name).parent
+        seen.update(argv=argv, env=kwargs["env"],
+                    files={str(p.relative_to(private)): p.read_bytes()
+                           for p in private.rglob("*") if p.is_file()},
+                    modes={str(p.relative_to(private)): p.stat().st_mode & 0o7777
+                           for p in [private, *private.rglob("*")]})
+        return subprocess.Popen([sys.executable, str(script), str(spec), *argv[1:]], **kwargs)
+
+    monkeypatch.setattr(configure, "spawn", spawn)
+    return seen
 
 
 @pytest.fixture
@@ -77,12 +114,12 @@ def test_one_host_keeps_its_name_and_a_note_without_a_host_name_is_said_once():
     assert fold_notes(notes) == [NCCL_NOTE.format(host="gpu-003"), "no GPU there"]
 
 
-def test_configure_prints_the_nccl_tests_note_once_for_four_nodes(monkeypatch, inventory):
+def test_configure_prints_the_nccl_tests_note_once_for_four_nodes(monkeypatch, tmp_path, inventory):
     task = "Say why nccl-tests is not built on this GPU node"
     events: list[dict[str, Any] | float] = [task_start(1, task)]
     events += [on_host("runner_on_ok", 1, task, h, "NOTE: " + NCCL_NOTE.format(host=h))
                for h in HOSTS]
-    fake_runner(monkeypatch, events)
+    stand_in_playbook(monkeypatch, tmp_path, events)
     lines: list[str] = []
     result = run_playbook(inventory, out=lines.append)
     lines.clear()
@@ -92,7 +129,7 @@ def test_configure_prints_the_nccl_tests_note_once_for_four_nodes(monkeypatch, i
         "(/usr/local/cuda/bin/nvcc, /usr/include/nccl.h). Install the CUDA toolkit"]
 
 
-def test_a_runtime_group_a_limited_run_leaves_empty_is_no_warning(monkeypatch, inventory):
+def test_a_runtime_group_a_limited_run_leaves_empty_is_no_warning(monkeypatch, tmp_path, inventory):
     """--limit slurm_controller leaves metalslurm_powered_down empty; Ansible's warning about
     it says nothing about the cluster. Another warning is still said, once."""
     task = "Ask the controller whether the inventory's munge key would replace the one it holds"
@@ -100,7 +137,7 @@ def test_a_runtime_group_a_limited_run_leaves_empty_is_no_warning(monkeypatch, i
     event["event_data"]["res"]["warnings"] = [
         "Could not match supplied host pattern, ignoring: metalslurm_powered_down",
         "Could not match supplied host pattern, ignoring: gpu_typo"]
-    fake_runner(monkeypatch, [task_start(1, task), event])
+    stand_in_playbook(monkeypatch, tmp_path, [task_start(1, task), event])
     lines: list[str] = []
     result = run_playbook(inventory, out=lines.append)
     assert result.warnings == ["Could not match supplied host pattern, ignoring: gpu_typo"]
@@ -157,9 +194,9 @@ def test_a_progress_line_when_15_s_pass_with_nothing_printed():
     ]
 
 
-def test_run_playbook_prints_progress_while_a_task_is_slow(monkeypatch, inventory):
+def test_run_playbook_prints_progress_while_a_task_is_slow(monkeypatch, tmp_path, inventory):
     task = "Install Slurm"
-    fake_runner(monkeypatch, [
+    stand_in_playbook(monkeypatch, tmp_path, [
         task_start(1, "Gathering Facts"), task_start(2, task),
         on_host("runner_on_start", 2, task, "gpu-001"),
         on_host("runner_on_start", 2, task, "gpu-002"),
@@ -179,8 +216,8 @@ def test_run_playbook_prints_progress_while_a_task_is_slow(monkeypatch, inventor
                for line in on_task), said
 
 
-def test_no_progress_line_without_a_heartbeat(monkeypatch, inventory, capsys):
-    fake_runner(monkeypatch, [task_start(1, "Install Slurm"), 0.2])
+def test_no_progress_line_without_a_heartbeat(monkeypatch, tmp_path, inventory, capsys):
+    stand_in_playbook(monkeypatch, tmp_path, [task_start(1, "Install Slurm"), 0.2])
     said: list[str] = []
     run_playbook(inventory, out=said.append)
     assert said == [] and capsys.readouterr().out == ""
@@ -219,25 +256,95 @@ def test_metalslurm_configure_piped_gets_progress_lines(monkeypatch, tmp_path, c
         "... configure: 15 s, task 1: Gathering Facts (1 host)")
 
 
-def test_a_sudo_password_answers_ansibles_prompt_and_is_written_nowhere(monkeypatch,
-                                                                         inventory):
-    """The password goes to ansible-playbook's own prompt (--ask-become-pass) through
-    ansible-runner's in-memory answers: not an extra variable, which ansible-runner writes
-    to its directory."""
-    seen = {}
-
-    def run(**kwargs: Any) -> types.SimpleNamespace:
-        seen.update(kwargs)
-        seen["files"] = sorted(str(p.relative_to(kwargs["private_data_dir"]))
-                               for p in Path(kwargs["private_data_dir"]).rglob("*"))
-        return types.SimpleNamespace(stats={}, rc=0, status="successful", stdout=None)
-
-    monkeypatch.setitem(sys.modules, "ansible_runner", types.SimpleNamespace(run=run))
-    run_playbook(inventory, out=None, become_password="s3cret-pw")
-    assert "--ask-become-pass" in seen["cmdline"].split()
-    assert list(seen["passwords"].values()) == ["s3cret-pw"]
-    assert re.match(next(iter(seen["passwords"])), "BECOME password: ")
-    assert "s3cret-pw" not in json.dumps(seen["extravars"]) and seen["files"] == []
-    seen.clear()
+def test_a_sudo_password_goes_through_a_pipe_and_is_written_nowhere(monkeypatch, tmp_path,
+                                                                     inventory):
+    """The password reaches ansible-playbook through a pipe it reads as its password file
+    (--become-password-file /dev/fd/N): not an extra variable, no file, not its
+    environment or arguments. The extra variables are in a file only the user can read."""
+    seen = stand_in_playbook(monkeypatch, tmp_path, [])
+    result = run_playbook(inventory, out=None, become_password="s3cret-pw",
+                          extra_vars={"metalslurm_drain_wait": 60})
+    assert result.ok
+    assert (tmp_path / "password-seen").read_text() == "s3cret-pw\n"
+    given = seen["argv"][seen["argv"].index("--become-password-file") + 1]
+    assert re.fullmatch(r"/dev/fd/\d+", given), seen["argv"]
+    assert "s3cret-pw" not in " ".join(seen["argv"]) + json.dumps(seen["env"])
+    # What ansible-playbook prints goes to output.txt (read back on a failure).
+    assert sorted(seen["files"]) == ["extra-vars.json", "output.txt"]
+    assert json.loads(seen["files"]["extra-vars.json"]) == {"metalslurm_drain_wait": 60}
+    assert seen["modes"]["."] == 0o700 and seen["modes"]["extra-vars.json"] == 0o600
+    assert "--extra-vars" in seen["argv"]
+    (tmp_path / "password-seen").unlink()
     run_playbook(inventory, out=None)
-    assert seen["passwords"] == {} and seen["cmdline"] is None
+    assert "--become-password-file" not in seen["argv"]
+    assert "--extra-vars" not in seen["argv"] and sorted(seen["files"]) == ["output.txt"]
+    assert not (tmp_path / "password-seen").exists()
+
+
+def test_a_run_that_fails_before_any_event_says_what_ansible_printed(monkeypatch, tmp_path,
+                                                                     inventory):
+    stand_in_playbook(monkeypatch, tmp_path, [], rc=4,
+                      printed="ERROR! the inventory could not be parsed")
+    result = run_playbook(inventory, out=None)
+    assert (result.ok, result.rc, result.status) == (False, 4, "failed")
+    assert result.failures == ["ERROR! the inventory could not be parsed"]
+
+
+# A real ansible-playbook run on this machine (connection local), with the project's
+# ansible.cfg and the collection's events callback.
+LOCAL_PLAYBOOK = """
+- hosts: here
+  gather_facts: false
+  tasks:
+    - name: Change something
+      ansible.builtin.command: "true"
+      changed_when: true
+    - name: Say a note
+      ansible.builtin.debug:
+        msg: "NOTE: {{ inventory_hostname }} has no GPU"
+    - name: Say a warning
+      ansible.builtin.debug:
+        msg: "WARNING: an artifact without a sha256"
+    - name: Fail quietly, holding a secret
+      ansible.builtin.command: "sh -c 'echo {{ secret }}; exit 3'"
+      no_log: true
+      ignore_errors: true
+      changed_when: false
+    - name: Read the host key setting the run has
+      ansible.builtin.debug:
+        msg: "NOTE: host key checking {{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"
+    - name: Fail, holding a secret
+      ansible.builtin.command: "sh -c 'echo {{ secret }}; exit 5'"
+      no_log: true
+"""
+
+
+def test_a_real_run_gives_its_changes_notes_warnings_and_failures_and_no_secret(tmp_path,
+                                                                                monkeypatch):
+    """The events callback on a real ansible-playbook: the changed task, the note and the
+    warning once each, the failure of a no_log task without its output, the recap's
+    counts; ansible.cfg's host key checking holds (ansible-runner had turned it off); the
+    secret is in no line, no result and no file left behind."""
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"here": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(LOCAL_PLAYBOOK)
+    lines: list[str] = []
+    result = run_playbook(inventory, playbook=str(playbook), out=lines.append,
+                          extra_vars={"secret": "hunter2-not-shown"})
+    assert (result.ok, result.rc) == (False, 2)
+    assert result.changed_tasks == [("here", "Change something")]
+    assert result.notes == ["here has no GPU", "host key checking True"]
+    assert result.warnings == ["an artifact without a sha256"]
+    assert len(result.failures) == 1 and result.failures[0].startswith(
+        "here: Fail, holding a secret: "), result.failures
+    assert result.stats["changed"] == {"here": 1} and result.stats["failures"] == {"here": 1}
+    assert result.stats["ignored"] == {"here": 1}
+    assert "hunter2" not in repr(result) + "\n".join(lines)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+

@@ -1,0 +1,118 @@
+"""The events 'metalslurm configure' reads (infra/ops/configure.py): one JSON line per play,
+task start, host result and the final recap, written to the file descriptor named by
+``METALSLURM_EVENTS_FD``, which run_playbook opens for ansible-playbook as a pipe. Without
+that variable it writes nothing.
+
+Each line is ``{"event": ..., "event_data": {...}}`` with the event names and fields
+ansible-runner's own callback used (``playbook_on_task_start``, ``runner_on_ok``, ...,
+``playbook_on_stats``), so the progress lines and results are read as before. A result
+carries only what configure reads (changed, msg, stderr, warnings, diff, a loop's items),
+a failed or unreachable one whole; Ansible has already hidden a ``no_log`` task's result
+before a callback sees it. Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ansible.module_utils.common.json import AnsibleJSONEncoder
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: events
+type: notification
+short_description: the events 'metalslurm configure' reads, as JSON lines on a pipe
+description:
+  - Writes one JSON line per play, task start, host result and the recap to the file
+    descriptor named by the METALSLURM_EVENTS_FD environment variable; nothing without it.
+requirements:
+  - enabled by 'metalslurm configure' (ANSIBLE_CALLBACKS_ENABLED), which opens the pipe
+"""
+
+# What configure reads of a host's result, and of each item of a loop's.
+KEPT = ("changed", "msg", "stderr", "warnings", "diff", "skipped")
+
+
+def kept(result: dict[str, Any]) -> dict[str, Any]:
+    out = {k: result[k] for k in KEPT if k in result}
+    items = result.get("results")
+    if isinstance(items, list):
+        out["results"] = [kept(i) if isinstance(i, dict) else i for i in items]
+    return out
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "metalslurm.cluster.events"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._out = None
+        fd = os.environ.get("METALSLURM_EVENTS_FD", "")
+        if fd.isdigit():
+            # Not handed to the programs Ansible starts (ssh, a module's command); the
+            # workers forked from this process share it and never write to it.
+            os.set_inheritable(int(fd), False)
+            self._out = os.fdopen(int(fd), "w", encoding="utf-8", buffering=1)
+
+    def _emit(self, event: str, **data: Any) -> None:
+        if self._out is None:
+            return
+        doc = {"event": event, "event_data": data}
+        try:
+            line = json.dumps(doc, cls=AnsibleJSONEncoder, separators=(",", ":"))
+        except (TypeError, ValueError):  # a value neither JSON nor Ansible's encoder knows
+            line = json.dumps(doc, default=str, separators=(",", ":"))
+        try:
+            self._out.write(line + "\n")
+        except (BrokenPipeError, ValueError):
+            self._out = None  # the reader is gone: the run goes on without its events
+
+    @staticmethod
+    def _task(task: Any) -> dict[str, str]:
+        return {"task": task.name or task.action, "task_uuid": str(task._uuid)}
+
+    def _host_event(self, event: str, result: Any, res: dict[str, Any] | None,
+                    **more: Any) -> None:
+        data = {**self._task(result._task), "host": result._host.get_name(), **more}
+        if res is not None:
+            data["res"] = res
+        self._emit(event, **data)
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        self._emit("playbook_on_play_start", play=play.get_name())
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._emit("playbook_on_task_start", **self._task(task))
+
+    def v2_playbook_on_handler_task_start(self, task: Any) -> None:
+        self._emit("playbook_on_task_start", **self._task(task))
+
+    def v2_runner_on_start(self, host: Any, task: Any) -> None:
+        self._emit("runner_on_start", host=host.get_name(), **self._task(task))
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        self._host_event("runner_on_ok", result, kept(result._result))
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        self._host_event("runner_on_failed", result, result._result,
+                         ignore_errors=bool(ignore_errors))
+
+    def v2_runner_on_skipped(self, result: Any) -> None:
+        self._host_event("runner_on_skipped", result, None)
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        self._host_event("runner_on_unreachable", result, result._result)
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        self._emit("playbook_on_stats", **{
+            key: dict(getattr(stats, key, {}) or {})
+            for key in ("changed", "dark", "failures", "ignored", "ok", "processed",
+                        "rescued", "skipped")})
+        if self._out is not None:
+            self._out.close()
+            self._out = None
