@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from infra.ops.playbook import RUNTIME_GROUPS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -245,11 +247,14 @@ def _diff_list(diff: Any) -> list[dict[str, Any]]:
 class _EventReader:
     """Reads the events callback's JSON lines from a pipe in a thread, hands each event to
     ``on_event`` and keeps the recap's counts (``stats``: ok, changed, failures, dark...,
-    each host to its count)."""
+    each host to its count). ``problem`` says why the events cannot be trusted whole: no
+    recap came, the pipe was still open after the run, or reading an event failed."""
 
     def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
         self.on_event = on_event
         self.stats: dict[str, dict[str, int]] = {}
+        self.recap = False
+        self.error = ""
         self.thread: threading.Thread | None = None
 
     def start(self, fd: int) -> None:
@@ -269,13 +274,61 @@ class _EventReader:
                 if event.get("event") == "playbook_on_stats":
                     data = event.get("event_data") or {}
                     self.stats = {k: v for k, v in data.items() if isinstance(v, dict)}
-                self.on_event(event)
+                    self.recap = True
+                try:
+                    self.on_event(event)
+                except Exception as exc:  # noqa: BLE001 - read on: the recap must still come
+                    self.error = self.error or f"{type(exc).__name__}: {exc}"
 
     def join(self) -> None:
         """Wait for the last events: the pipe ends when every process holding it has (a
         process forked from ansible-playbook may outlive it by a moment)."""
         if self.thread:
             self.thread.join(EVENTS_DRAIN_SECONDS)
+
+    @property
+    def problem(self) -> str:
+        if self.thread and self.thread.is_alive():
+            return (f"the run's events were still open {EVENTS_DRAIN_SECONDS:.0f} s after "
+                    "ansible-playbook ended")
+        if self.error:
+            return f"reading the run's events failed ({self.error})"
+        if not self.recap:
+            return ("ansible-playbook ended without its recap event (the metalslurm.cluster "
+                    "events callback did not run): what it changed is not known")
+        return ""
+
+
+def _unsafe(value: Any) -> Any:
+    """``value`` with every string marked for YAML's ``!unsafe`` (never templated)."""
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, dict):
+        return {k: _unsafe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unsafe(v) for v in value]
+    return value
+
+
+class _Unsafe(str):
+    pass
+
+
+class _ExtraVarsDumper(yaml.SafeDumper):
+    pass
+
+
+_ExtraVarsDumper.add_representer(
+    _Unsafe, lambda dumper, data: dumper.represent_scalar("!unsafe", str(data)))
+
+
+def write_extra_vars(path: Path, extra_vars: dict[str, Any]) -> None:
+    """The extra variables as a YAML file only this user can read, every string ``!unsafe``:
+    a value holding ``{{`` (a password, a pattern) is that text, never a template, as it
+    was when ansible-runner passed the variables on the command line."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        yaml.dump(_unsafe(extra_vars), f, Dumper=_ExtraVarsDumper)
 
 
 def ansible_playbook() -> str:
@@ -309,10 +362,12 @@ def stack_run_vars(drain_wait: float | None) -> dict[str, Any]:
 
 
 def _ansible_env(strategy: str | None) -> dict[str, str]:
-    """This process's environment, ansible.cfg named, the events callback enabled beside
+    """This process's environment, ansible.cfg named, host keys checked whatever the
+    environment says (before a node is handed a secret), the events callback enabled beside
     any the caller enabled, and ``strategy`` when given."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
            "ANSIBLE_PYTHON_INTERPRETER": "auto_silent", "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_HOST_KEY_CHECKING": "True",
            "ANSIBLE_CALLBACKS_ENABLED": ",".join(filter(None, (
                os.environ.get("ANSIBLE_CALLBACKS_ENABLED"), EVENTS_CALLBACK)))}
     if strategy:
@@ -325,42 +380,55 @@ def _ansible_env(strategy: str | None) -> dict[str, str]:
     return env
 
 
+# Far less than a pipe holds before a write blocks: the password is written before
+# ansible-playbook starts reading it.
+PASSWORD_MAX_BYTES = 4096
+
+
 def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
                  on_event: Callable[[dict[str, Any]], None],
                  extra_vars: dict[str, Any] | None,
-                 become_password: str | None) -> tuple[int, dict[str, dict[str, int]], str]:
+                 become_password: str | None) -> tuple[int, dict[str, dict[str, int]], str, str]:
     """Run ``argv`` (ansible-playbook and its options) on ``playbook``, its events to
-    ``on_event``: (exit status, the recap's counts, the last 3000 characters it printed).
-    Extra variables go in a 0600 file of a private directory removed afterwards; a sudo
-    password through a pipe (``--become-password-file /dev/fd/N``), never a file."""
+    ``on_event``: (exit status, the recap's counts, the last 3000 characters it printed,
+    why its events are not whole or ""). Extra variables go in a 0600 file of a private
+    directory removed afterwards; a sudo password through a pipe on its standard input
+    (``--become-password-file -``), never a file."""
+    if become_password is not None and len(become_password.encode()) > PASSWORD_MAX_BYTES:
+        raise ValueError(f"a sudo password longer than {PASSWORD_MAX_BYTES} bytes")
     private = Path(tempfile.mkdtemp(prefix="metalslurm-configure-"))  # 0700
-    handed: list[int] = []  # the pipes' ends ansible-playbook gets
+    ours: list[int] = []  # pipe ends to close here whatever happens
+    handed: list[int] = []  # the ends ansible-playbook gets
     events = _EventReader(on_event)
     try:
         if extra_vars:
-            vars_file = private / "extra-vars.json"
-            fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                         0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(extra_vars, f)
-            argv = [*argv, "--extra-vars", f"@{vars_file}"]
+            write_extra_vars(private / "extra-vars.yml", extra_vars)
+            argv = [*argv, "--extra-vars", f"@{private / 'extra-vars.yml'}"]
+        stdin: int = subprocess.DEVNULL
         if become_password is not None:
+            # Ansible reads '-' from its standard input as given (a path would be resolved
+            # first, which /dev/fd/N does not survive; a file's content is stripped of
+            # spaces).
             read_end, write_end = os.pipe()
-            handed.append(read_end)
+            ours += [read_end, write_end]
             os.write(write_end, become_password.encode() + b"\n")
             os.close(write_end)
-            argv = [*argv, "--become-password-file", f"/dev/fd/{read_end}"]
+            ours.remove(write_end)
+            stdin = read_end
+            argv = [*argv, "--become-password-file", "-"]
         read_events, write_events = os.pipe()
+        ours += [read_events, write_events]
         handed.append(write_events)
         output_path = private / "output.txt"
         with open(output_path, "wb") as output:
             proc = spawn([*argv, playbook], cwd=ANSIBLE_DIR,
                          env={**env, "METALSLURM_EVENTS_FD": str(write_events)},
-                         stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                         stdin=stdin, stdout=output, stderr=subprocess.STDOUT,
                          pass_fds=handed)
-        for fd in handed:
+        ours.remove(read_events)  # the reader's from here
+        for fd in ours:
             os.close(fd)
-        handed.clear()
+        ours.clear()
         events.start(read_events)
         try:
             rc = proc.wait()
@@ -369,9 +437,10 @@ def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
             proc.wait()
             raise
         events.join()
-        return rc, events.stats, output_path.read_text(errors="replace")[-3000:]
+        return (rc, events.stats, output_path.read_text(errors="replace")[-3000:],
+                events.problem)
     finally:
-        for fd in handed:
+        for fd in ours:
             os.close(fd)
         shutil.rmtree(private, ignore_errors=True)
 
@@ -397,8 +466,9 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     ansible-playbook runs as it would from a shell, with ansible.cfg as it is (its host key
     checking and fact cache included), and the collection's ``events`` callback writing its
     events as JSON lines to a pipe this process reads (plugins/callback/events.py). Extra
-    variables go in a 0600 file of a private directory, removed after the run; a sudo
-    password through a second pipe (``--become-password-file /dev/fd/N``), never a file.
+    variables go in a 0600 YAML file of a private directory, every string ``!unsafe``,
+    removed after the run; a sudo password through a pipe on ansible-playbook's standard
+    input (``--become-password-file -``), never a file.
     """
     inventory = Path(inventory).resolve()
     venv_on_path()
@@ -425,14 +495,19 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     argv += ["--diff"] if diff else []
     argv += ["-" + "v" * verbosity] if verbosity else []
     try:
-        rc, stats, tail = _run_ansible(argv, str(ANSIBLE_DIR / playbook), _ansible_env(strategy),
-                                       on_event, extra_vars, become_password)
+        rc, stats, tail, problem = _run_ansible(argv, str(ANSIBLE_DIR / playbook),
+                                                _ansible_env(strategy), on_event, extra_vars,
+                                                become_password)
     finally:
         stop.set()
         if beating:
             beating.join()
     if rc != 0 and not progress.failures:
         progress.failures.append(tail.strip() or f"ansible-playbook exited {rc}")
+    if problem:
+        # A run whose events are not whole must not read as converged (0 changed).
+        progress.failures.append(problem)
+        rc = rc or 1
     status = "successful" if rc == 0 else "failed"
     result = ConfigureResult(
         rc=rc, status=status, seconds=time.monotonic() - progress.start,

@@ -34,6 +34,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.operating_syste
 )
 
 from infra.accept.remote import ssh_options
+from infra.ops.configure import PASSWORD_MAX_BYTES
 from infra.ops.inventory_file import load_inventory
 from infra.ops.output import say
 from infra.stack.inputs import InputError, read_text_argument
@@ -706,11 +707,20 @@ def become_password(become_password_file: Path | None, ask_become_pass: bool) ->
             raise InputError("--become-password-file", "has an empty first line; give a "
                              "file holding the sudo password on its first line",
                              become_password_file)
+        if len(password.encode()) > PASSWORD_MAX_BYTES:
+            raise InputError("--become-password-file", f"has a first line longer than "
+                             f"{PASSWORD_MAX_BYTES} bytes, which no sudo password is; give a "
+                             "file holding the sudo password on its first line",
+                             become_password_file)
         return password
     if ask_become_pass:
         import getpass
 
-        return getpass.getpass("sudo password: ")
+        answer = getpass.getpass("sudo password: ")
+        if len(answer.encode()) > PASSWORD_MAX_BYTES:
+            raise InputError("-K", f"was answered with more than {PASSWORD_MAX_BYTES} bytes, "
+                             "which no sudo password is; type the sudo password")
+        return answer or None  # an empty answer is no password (a sudo that needs none)
     return None
 
 

@@ -17,6 +17,7 @@ import time
 import pytest
 import yaml
 
+from infra.ops.configure import run_playbook
 from tests.e2e.cluster import HOLD_APT_LOCK, REPO, metalslurm
 
 NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
@@ -199,6 +200,28 @@ def test_ssh_failures_are_told_apart(cluster, inventory, tmp_path):
     assert (table["gpu-001"]["ssh"], table["gpu-002"]["ssh"]) == (
         "FAIL key refused", "FAIL host key changed"), out
     assert table["ctl"]["ssh"] == "root"
+
+
+def test_configure_hands_nothing_to_a_node_whose_host_key_is_not_the_known_one(
+        cluster, inventory, tmp_path):
+    """The configure checks host keys as ansible.cfg says, as the pre-flight does: gpu-002's
+    known key is another machine's, so it is unreachable and nothing runs there (under
+    ansible-runner, which turned host key checking off, it was configured)."""
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
+                   check=True)
+    address = inventory["all"]["hosts"]["gpu-002"]["ansible_host"]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{address} " + " ".join((tmp_path / "other.pub").read_text().split()[:2])
+                     + "\n")
+    swapped = variant(tmp_path, inventory, "swapped.yml", hosts={
+        "gpu-002": {"ansible_ssh_common_args": f"-o UserKnownHostsFile={known}"}})
+    result = run_playbook(swapped, limit="gpu-002", out=lambda _line: None)
+    assert not result.ok
+    assert result.stats.get("dark") == {"gpu-002": 1}, result.stats
+    assert result.changed_tasks == [] and result.stats.get("ok", {}).get("gpu-002", 0) == 0
+    assert any(f.startswith("gpu-002: unreachable: ") and "host key" in f.lower()
+               for f in result.failures), result.failures
 
 
 def test_a_host_still_booting_is_waited_for(cluster):

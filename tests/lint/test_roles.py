@@ -387,7 +387,7 @@ def test_no_test_outside_a_role_loads_the_roles_code():
     assert offenders == [], f"tests outside the role that load its code: {offenders}"
 
 
-PLUGIN_KINDS = ("filter", "lookup", "module_utils", "modules", "plugin_utils")
+PLUGIN_KINDS = ("callback", "filter", "lookup", "module_utils", "modules", "plugin_utils")
 
 
 def collection_plugins() -> list[Path]:

@@ -238,6 +238,18 @@ def test_configure_refuses_a_bad_become_password_before_running(refuse, args, pr
     assert_one_line(rc, out, err, problem)
 
 
+def test_configure_refuses_a_password_file_whose_first_line_no_sudo_password_is(refuse,
+                                                                                 tmp_path):
+    """A first line over 4096 bytes is the wrong file (and would not fit the pipe the
+    password goes through before ansible-playbook reads it)."""
+    wrong = tmp_path / "wrong-file"
+    wrong.write_text("x" * 5000 + "\nsecond line\n")
+    rc, out, err = refuse(["configure", "-i", INVENTORY, "--become-password-file", wrong])
+    assert_one_line(rc, out, err, f"--become-password-file {wrong}: has a first line longer "
+                    "than 4096 bytes, which no sudo password is; give a file holding the sudo "
+                    "password on its first line")
+
+
 @pytest.mark.parametrize(("args", "problem"), [
     (["--lock-wait", "-1"], "--lock-wait: is -1.0; give the seconds to wait for apt's lock"),
     (["--lock-wait", "nan"], "--lock-wait: is nan; give the seconds"),

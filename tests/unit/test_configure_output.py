@@ -48,28 +48,29 @@ STAND_IN = textwrap.dedent("""
     spec = json.load(open(sys.argv[1]))
     if "--become-password-file" in sys.argv:
         given = sys.argv[sys.argv.index("--become-password-file") + 1]
-        with open(given) as f, open(spec["password_seen"], "w") as seen:
-            seen.write(f.read())
+        with open(spec["password_seen"], "w") as seen:
+            seen.write(sys.stdin.read() if given == "-" else "not from stdin: " + given)
     out = os.fdopen(int(os.environ["METALSLURM_EVENTS_FD"]), "w", buffering=1)
     for step in spec["events"]:
         if isinstance(step, dict):
             out.write(json.dumps(step) + "\\n")
         else:
             time.sleep(step)
-    out.write(json.dumps({"event": "playbook_on_stats", "event_data": spec["stats"]}) + "\\n")
+    if spec["recap"]:
+        out.write(json.dumps({"event": "playbook_on_stats", "event_data": spec["stats"]}) + "\\n")
     print(spec["printed"])
     sys.exit(spec["rc"])
 """)
 
 
 def stand_in_playbook(monkeypatch, tmp_path, steps: list[dict[str, Any] | float], rc: int = 0,
-                      printed: str = "") -> dict[str, Any]:
+                      printed: str = "", recap: bool = True) -> dict[str, Any]:
     """run_playbook's ansible-playbook replaced by STAND_IN with ``steps``; returns what it
     was started with (argv, env) and the files of the run's private directory then."""
     from infra.ops import configure
 
     spec = tmp_path / "stand-in.json"
-    spec.write_text(json.dumps({"events": steps, "rc": rc, "printed": printed,
+    spec.write_text(json.dumps({"events": steps, "rc": rc, "printed": printed, "recap": recap,
                                 "stats": {"ok": {h: 1 for h in HOSTS}, "changed": {}},
                                 "password_seen": str(tmp_path / "password-seen")}))
     script = tmp_path / "stand-in-playbook.py"
@@ -212,8 +213,11 @@ def test_run_playbook_prints_progress_while_a_task_is_slow(monkeypatch, tmp_path
         lambda line: re.fullmatch(r"\.\.\. configure: \d+ s, starting ansible-playbook", line),
         said))
     assert on_task, f"no line about the task in 0.5 s with a heartbeat every 0.1 s: {said}"
-    assert all(re.fullmatch(r"\.\.\. configure: \d+ s, task 2: Install Slurm \(2 hosts\)", line)
-               for line in on_task), said
+    # Once both hosts answered, a beat before the run's end names the task alone.
+    assert re.fullmatch(r"\.\.\. configure: \d+ s, task 2: Install Slurm \(2 hosts\)",
+                        on_task[0]), said
+    assert all(re.fullmatch(r"\.\.\. configure: \d+ s, task 2: Install Slurm( \(2 hosts\))?",
+                            line) for line in on_task), said
 
 
 def test_no_progress_line_without_a_heartbeat(monkeypatch, tmp_path, inventory, capsys):
@@ -258,21 +262,21 @@ def test_metalslurm_configure_piped_gets_progress_lines(monkeypatch, tmp_path, c
 
 def test_a_sudo_password_goes_through_a_pipe_and_is_written_nowhere(monkeypatch, tmp_path,
                                                                      inventory):
-    """The password reaches ansible-playbook through a pipe it reads as its password file
-    (--become-password-file /dev/fd/N): not an extra variable, no file, not its
-    environment or arguments. The extra variables are in a file only the user can read."""
+    """The password reaches ansible-playbook through a pipe on its standard input, which it
+    reads as its password file (--become-password-file -): not an extra variable, no file,
+    not its environment or arguments. The extra variables are in a file only the user can
+    read."""
     seen = stand_in_playbook(monkeypatch, tmp_path, [])
     result = run_playbook(inventory, out=None, become_password="s3cret-pw",
                           extra_vars={"metalslurm_drain_wait": 60})
     assert result.ok
     assert (tmp_path / "password-seen").read_text() == "s3cret-pw\n"
-    given = seen["argv"][seen["argv"].index("--become-password-file") + 1]
-    assert re.fullmatch(r"/dev/fd/\d+", given), seen["argv"]
+    assert seen["argv"][seen["argv"].index("--become-password-file") + 1] == "-"
     assert "s3cret-pw" not in " ".join(seen["argv"]) + json.dumps(seen["env"])
     # What ansible-playbook prints goes to output.txt (read back on a failure).
-    assert sorted(seen["files"]) == ["extra-vars.json", "output.txt"]
-    assert json.loads(seen["files"]["extra-vars.json"]) == {"metalslurm_drain_wait": 60}
-    assert seen["modes"]["."] == 0o700 and seen["modes"]["extra-vars.json"] == 0o600
+    assert sorted(seen["files"]) == ["extra-vars.yml", "output.txt"]
+    assert seen["files"]["extra-vars.yml"] == b"metalslurm_drain_wait: 60\n"
+    assert seen["modes"]["."] == 0o700 and seen["modes"]["extra-vars.yml"] == 0o600
     assert "--extra-vars" in seen["argv"]
     (tmp_path / "password-seen").unlink()
     run_playbook(inventory, out=None)
@@ -281,13 +285,39 @@ def test_a_sudo_password_goes_through_a_pipe_and_is_written_nowhere(monkeypatch,
     assert not (tmp_path / "password-seen").exists()
 
 
+def test_a_run_that_ends_without_its_recap_is_not_taken_for_a_converged_one(
+        monkeypatch, tmp_path, inventory):
+    """No recap event (the events callback did not load, or died): exit status 0 is not
+    enough, since 0 changed would then read as converged."""
+    stand_in_playbook(monkeypatch, tmp_path, [task_start(1, "Install Slurm")], recap=False)
+    result = run_playbook(inventory, out=None)
+    assert (result.ok, result.status, result.changed) == (False, "failed", 0)
+    assert result.failures == [
+        "ansible-playbook ended without its recap event (the metalslurm.cluster events "
+        "callback did not run): what it changed is not known"]
+
+
+def test_an_event_the_caller_cannot_take_fails_the_run_after_reading_the_rest(
+        monkeypatch, tmp_path, inventory):
+    stand_in_playbook(monkeypatch, tmp_path, [
+        {"event": "playbook_on_play_start", "event_data": {"play": "Prepare every node"}},
+        task_start(1, "Install Slurm")])
+
+    def out(line: str) -> None:
+        raise OSError("stdout is closed")
+
+    result = run_playbook(inventory, out=out)
+    assert not result.ok and result.stats["ok"] == {h: 1 for h in HOSTS}
+    assert result.failures == ["reading the run's events failed (OSError: stdout is closed)"]
+
+
 def test_a_run_that_fails_before_any_event_says_what_ansible_printed(monkeypatch, tmp_path,
                                                                      inventory):
-    stand_in_playbook(monkeypatch, tmp_path, [], rc=4,
+    stand_in_playbook(monkeypatch, tmp_path, [], rc=4, recap=False,
                       printed="ERROR! the inventory could not be parsed")
     result = run_playbook(inventory, out=None)
     assert (result.ok, result.rc, result.status) == (False, 4, "failed")
-    assert result.failures == ["ERROR! the inventory could not be parsed"]
+    assert result.failures[0] == "ERROR! the inventory could not be parsed"
 
 
 # A real ansible-playbook run on this machine (connection local), with the project's
@@ -313,6 +343,9 @@ LOCAL_PLAYBOOK = """
     - name: Read the host key setting the run has
       ansible.builtin.debug:
         msg: "NOTE: host key checking {{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"
+    - name: Say an extra variable that looks like a template
+      ansible.builtin.debug:
+        msg: "NOTE: pattern {{ pattern }}"
     - name: Fail, holding a secret
       ansible.builtin.command: "sh -c 'echo {{ secret }}; exit 5'"
       no_log: true
@@ -335,10 +368,13 @@ def test_a_real_run_gives_its_changes_notes_warnings_and_failures_and_no_secret(
     playbook.write_text(LOCAL_PLAYBOOK)
     lines: list[str] = []
     result = run_playbook(inventory, playbook=str(playbook), out=lines.append,
-                          extra_vars={"secret": "hunter2-not-shown"})
+                          become_password=" pw with spaces ",
+                          extra_vars={"secret": "hunter2-not-shown",
+                                      "pattern": "{{ 6 * 7 }} {% raw %}"})
     assert (result.ok, result.rc) == (False, 2)
     assert result.changed_tasks == [("here", "Change something")]
-    assert result.notes == ["here has no GPU", "host key checking True"]
+    assert result.notes == ["here has no GPU", "host key checking True",
+                            "pattern {{ 6 * 7 }} {% raw %}"]
     assert result.warnings == ["an artifact without a sha256"]
     assert len(result.failures) == 1 and result.failures[0].startswith(
         "here: Fail, holding a secret: "), result.failures

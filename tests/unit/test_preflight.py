@@ -254,3 +254,15 @@ def test_a_host_that_never_comes_up_fails_once_the_wait_is_over(monkeypatch):
     calls = []
     proc = preflight._retry_while_booting(lambda: calls.append(1) or refused, True, 0.05)
     assert proc is refused and 2 <= len(calls) <= 10
+
+
+def test_an_empty_answer_to_the_sudo_prompt_is_no_password_and_spaces_are_kept(monkeypatch):
+    """-K answered with nothing: no password (Ansible would refuse an empty one); a
+    password's own spaces reach ansible-playbook as typed."""
+    import getpass
+
+    monkeypatch.setattr(getpass, "getpass", lambda _prompt: "")
+    assert preflight.become_password(None, ask_become_pass=True) is None
+    monkeypatch.setattr(getpass, "getpass", lambda _prompt: " pw with spaces ")
+    assert preflight.become_password(None, ask_become_pass=True) == " pw with spaces "
+    assert preflight.become_password(None, ask_become_pass=False) is None

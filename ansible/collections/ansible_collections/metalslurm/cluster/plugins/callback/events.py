@@ -13,8 +13,11 @@ before a callback sees it. Nothing is written to disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import threading
 from typing import Any
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
@@ -43,6 +46,20 @@ def kept(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def encode(doc: dict[str, Any]) -> str:
+    """One JSON line; a value neither JSON nor Ansible's encoder knows is its text, a key
+    that is not a string is left out, and an event that still cannot be written keeps its
+    name and host alone."""
+    for options in ({"cls": AnsibleJSONEncoder}, {"default": str, "skipkeys": True}):
+        try:
+            return json.dumps(doc, separators=(",", ":"), **options)
+        except (TypeError, ValueError):
+            continue
+    data = doc.get("event_data") or {}
+    return json.dumps({"event": doc.get("event"), "event_data": {
+        k: str(data[k]) for k in ("task", "task_uuid", "host") if k in data}})
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "notification"
@@ -52,6 +69,7 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._out = None
+        self._lock = threading.Lock()  # Ansible calls back from more than one thread
         fd = os.environ.get("METALSLURM_EVENTS_FD", "")
         if fd.isdigit():
             # Not handed to the programs Ansible starts (ssh, a module's command); the
@@ -62,15 +80,17 @@ class CallbackModule(CallbackBase):
     def _emit(self, event: str, **data: Any) -> None:
         if self._out is None:
             return
-        doc = {"event": event, "event_data": data}
-        try:
-            line = json.dumps(doc, cls=AnsibleJSONEncoder, separators=(",", ":"))
-        except (TypeError, ValueError):  # a value neither JSON nor Ansible's encoder knows
-            line = json.dumps(doc, default=str, separators=(",", ":"))
-        try:
-            self._out.write(line + "\n")
-        except (BrokenPipeError, ValueError):
-            self._out = None  # the reader is gone: the run goes on without its events
+        line = encode({"event": event, "event_data": data})
+        with self._lock:
+            if self._out is None:
+                return
+            try:
+                self._out.write(line + "\n")
+            except (BrokenPipeError, ValueError):
+                # Nobody reads the events: the 'metalslurm configure' that started this run
+                # is gone (killed). The run stops too, rather than go on unwatched.
+                self._out = None
+                os.kill(os.getpid(), signal.SIGTERM)
 
     @staticmethod
     def _task(task: Any) -> dict[str, str]:
@@ -113,6 +133,8 @@ class CallbackModule(CallbackBase):
             key: dict(getattr(stats, key, {}) or {})
             for key in ("changed", "dark", "failures", "ignored", "ok", "processed",
                         "rescued", "skipped")})
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        with self._lock:
+            if self._out is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    self._out.close()
+                self._out = None
