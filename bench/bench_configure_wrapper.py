@@ -16,12 +16,12 @@ import argparse
 import os
 import re
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.figures import print_medians
 from infra.ops.configure import ANSIBLE_DIR, ansible_playbook, run_playbook
 
 
@@ -67,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu = run(inventory)
             figures[name].append((wall, cpu))
             print(f"run {n + 1} {name:>12}: {wall:6.1f} s wall, {cpu:6.1f} CPU-s", flush=True)
-    medians = {name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
-               for name, runs in figures.items()}
-    for name, (wall, cpu) in medians.items():
-        print(f"median {name:>12}: {wall:6.1f} s wall, {cpu:6.1f} CPU-s")
-    print(f"run_playbook / plain: wall {medians['run_playbook'][0] / medians['plain'][0]:.2f}, "
-          f"CPU {medians['run_playbook'][1] / medians['plain'][1]:.2f}")
+    print_medians(figures, "run_playbook", "plain")
     return 0
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bench.bench_configure_scale import host_busy_seconds
+from bench.figures import print_medians
 from infra.ops.configure import ANSIBLE_DIR, venv_on_path
 from infra.ops.verify import VERIFY_DIR, run_verify
 
@@ -58,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             figures[way].append((wall, busy))
             print(f"run {n}, {way}: {wall:.1f} s, {busy:.1f} CPU-s")
-    medians = {way: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
-               for way, runs in figures.items()}
-    for way, (wall, busy) in medians.items():
-        print(f"median, {way}: {wall:.1f} s, {busy:.1f} CPU-s")
-    print(f"shared / plain: wall {medians['shared'][0] / medians['plain'][0]:.2f}, "
-          f"CPU {medians['shared'][1] / medians['plain'][1]:.2f}")
+    print_medians(figures, "shared", "plain")
     return 0
 
 
