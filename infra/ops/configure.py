@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from infra.ops.playbook import RUNTIME_GROUPS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -300,35 +298,26 @@ class _EventReader:
 
 
 def _unsafe(value: Any) -> Any:
-    """``value`` with every string marked for YAML's ``!unsafe`` (never templated)."""
+    """``value`` with every string in Ansible's JSON mark for an unsafe value
+    (``{"__ansible_unsafe": ...}``), which its loader reads as a string never templated."""
     if isinstance(value, str):
-        return _Unsafe(value)
+        return {"__ansible_unsafe": value}
     if isinstance(value, dict):
-        return {k: _unsafe(v) for k, v in value.items()}
+        return {str(k): _unsafe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_unsafe(v) for v in value]
     return value
 
 
-class _Unsafe(str):
-    pass
-
-
-class _ExtraVarsDumper(yaml.SafeDumper):
-    pass
-
-
-_ExtraVarsDumper.add_representer(
-    _Unsafe, lambda dumper, data: dumper.represent_scalar("!unsafe", str(data)))
-
-
 def write_extra_vars(path: Path, extra_vars: dict[str, Any]) -> None:
-    """The extra variables as a YAML file only this user can read, every string ``!unsafe``:
-    a value holding ``{{`` (a password, a pattern) is that text, never a template, as it
-    was when ansible-runner passed the variables on the command line."""
+    """The extra variables as a JSON file only this user can read, every string marked
+    unsafe: a value holding ``{{`` (a password, a pattern) is that text, never a template,
+    as it was when ansible-runner passed the variables on the command line (a vars file's
+    strings are otherwise templates). Not YAML's ``!unsafe``: ansible-core 2.19 reads
+    ``!unsafe '0000'`` as the number 0."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        yaml.dump(_unsafe(extra_vars), f, Dumper=_ExtraVarsDumper)
+        json.dump(_unsafe(extra_vars), f)
 
 
 def ansible_playbook() -> str:
@@ -402,8 +391,8 @@ def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
     events = _EventReader(on_event)
     try:
         if extra_vars:
-            write_extra_vars(private / "extra-vars.yml", extra_vars)
-            argv = [*argv, "--extra-vars", f"@{private / 'extra-vars.yml'}"]
+            write_extra_vars(private / "extra-vars.json", extra_vars)
+            argv = [*argv, "--extra-vars", f"@{private / 'extra-vars.json'}"]
         stdin: int = subprocess.DEVNULL
         if become_password is not None:
             # Ansible reads '-' from its standard input as given (a path would be resolved
@@ -466,9 +455,9 @@ def run_playbook(inventory: str | Path, *, limit: str | None = None,
     ansible-playbook runs as it would from a shell, with ansible.cfg as it is (its host key
     checking and fact cache included), and the collection's ``events`` callback writing its
     events as JSON lines to a pipe this process reads (plugins/callback/events.py). Extra
-    variables go in a 0600 YAML file of a private directory, every string ``!unsafe``,
-    removed after the run; a sudo password through a pipe on ansible-playbook's standard
-    input (``--become-password-file -``), never a file.
+    variables go in a 0600 JSON file of a private directory, every string marked unsafe
+    (never templated), removed after the run; a sudo password through a pipe on
+    ansible-playbook's standard input (``--become-password-file -``), never a file.
     """
     inventory = Path(inventory).resolve()
     venv_on_path()

@@ -274,9 +274,9 @@ def test_a_sudo_password_goes_through_a_pipe_and_is_written_nowhere(monkeypatch,
     assert seen["argv"][seen["argv"].index("--become-password-file") + 1] == "-"
     assert "s3cret-pw" not in " ".join(seen["argv"]) + json.dumps(seen["env"])
     # What ansible-playbook prints goes to output.txt (read back on a failure).
-    assert sorted(seen["files"]) == ["extra-vars.yml", "output.txt"]
-    assert seen["files"]["extra-vars.yml"] == b"metalslurm_drain_wait: 60\n"
-    assert seen["modes"]["."] == 0o700 and seen["modes"]["extra-vars.yml"] == 0o600
+    assert sorted(seen["files"]) == ["extra-vars.json", "output.txt"]
+    assert json.loads(seen["files"]["extra-vars.json"]) == {"metalslurm_drain_wait": 60}
+    assert seen["modes"]["."] == 0o700 and seen["modes"]["extra-vars.json"] == 0o600
     assert "--extra-vars" in seen["argv"]
     (tmp_path / "password-seen").unlink()
     run_playbook(inventory, out=None)
@@ -343,9 +343,9 @@ LOCAL_PLAYBOOK = """
     - name: Read the host key setting the run has
       ansible.builtin.debug:
         msg: "NOTE: host key checking {{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"
-    - name: Say an extra variable that looks like a template
+    - name: Say an extra variable that looks like a template, and one of digits
       ansible.builtin.debug:
-        msg: "NOTE: pattern {{ pattern }}"
+        msg: "NOTE: pattern {{ pattern }}, {{ digits | length }} {{ digits | type_debug }}"
     - name: Fail, holding a secret
       ansible.builtin.command: "sh -c 'echo {{ secret }}; exit 5'"
       no_log: true
@@ -370,11 +370,11 @@ def test_a_real_run_gives_its_changes_notes_warnings_and_failures_and_no_secret(
     result = run_playbook(inventory, playbook=str(playbook), out=lines.append,
                           become_password=" pw with spaces ",
                           extra_vars={"secret": "hunter2-not-shown",
-                                      "pattern": "{{ 6 * 7 }} {% raw %}"})
+                                      "pattern": "{{ 6 * 7 }} {% raw %}", "digits": "0" * 40})
     assert (result.ok, result.rc) == (False, 2)
     assert result.changed_tasks == [("here", "Change something")]
     assert result.notes == ["here has no GPU", "host key checking True",
-                            "pattern {{ 6 * 7 }} {% raw %}"]
+                            "pattern {{ 6 * 7 }} {% raw %}, 40 str"]
     assert result.warnings == ["an artifact without a sha256"]
     assert len(result.failures) == 1 and result.failures[0].startswith(
         "here: Fail, holding a secret: "), result.failures
