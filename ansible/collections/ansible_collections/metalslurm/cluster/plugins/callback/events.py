@@ -53,7 +53,7 @@ def encode(doc: dict[str, Any]) -> str:
     for options in ({"cls": AnsibleJSONEncoder}, {"default": str, "skipkeys": True}):
         try:
             return json.dumps(doc, separators=(",", ":"), **options)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - Ansible's encoder raises its own errors too
             continue
     data = doc.get("event_data") or {}
     return json.dumps({"event": doc.get("event"), "event_data": {
