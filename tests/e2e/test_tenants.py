@@ -52,6 +52,10 @@ def snapshot(cluster, node: str, path: str) -> list[str]:
 
 # ---- root never follows what a user put in their home ----------------------------------
 
+CREDENTIALS = ".config/enroot/.credentials"
+SAVED = "/root/metalslurm-e2e-tenants-saved"  # root's own, on the controller (the homes' host)
+
+
 def test_links_and_fifos_planted_in_homes_are_refused_and_their_targets_unchanged(cluster):
     """bob's ~/.ssh a link to a root-only directory, his Enroot credentials file a FIFO;
     alice's Enroot directory a link to another: before the fix the configure run made the
@@ -62,6 +66,11 @@ def test_links_and_fifos_planted_in_homes_are_refused_and_their_targets_unchange
                     f"echo root-only > {target}/secret && chmod 0600 {target}/secret")
     before = {t: snapshot(cluster, "ctl", t) for t in TARGETS}
     bob_keys = cluster.ctl("cat /home/bob/.ssh/authorized_keys").stdout
+    # Their Enroot credentials files as the last configure wrote them, put back at the end
+    # (the modules after this one hold their configure to exact changes).
+    cluster.ctl(f"rm -rf {SAVED} && install -d -m 0700 {SAVED} && "
+                f"cp -a /home/bob/{CREDENTIALS} {SAVED}/bob && "
+                f"cp -a /home/alice/{CREDENTIALS} {SAVED}/alice")
     as_user(cluster, "login-001", "bob",
             f"rm -rf ~/.ssh && ln -s {TARGETS[0]} ~/.ssh && "
             "rm -f ~/.config/enroot/.credentials && mkfifo ~/.config/enroot/.credentials")
@@ -91,7 +100,8 @@ def test_links_and_fifos_planted_in_homes_are_refused_and_their_targets_unchange
                 "chmod 0600 ~/.ssh/authorized_keys")
         as_user(cluster, "login-001", "alice", "rm -f ~/.config/enroot && "
                                                "mkdir -m 0700 ~/.config/enroot")
-        cluster.ctl(f"rm -rf {' '.join(TARGETS)}")
+        cluster.ctl(f"rm -rf {' '.join(TARGETS)} && cp -a {SAVED}/bob /home/bob/{CREDENTIALS} "
+                    f"&& cp -a {SAVED}/alice /home/alice/{CREDENTIALS} && rm -rf {SAVED}")
     assert ssh(cluster, "bob", cluster.address("login-001"), "true").returncode == 0
 
 
