@@ -387,7 +387,6 @@ def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
         raise ValueError(f"a sudo password longer than {PASSWORD_MAX_BYTES} bytes")
     private = Path(tempfile.mkdtemp(prefix="metalslurm-configure-"))  # 0700
     ours: list[int] = []  # pipe ends to close here whatever happens
-    handed: list[int] = []  # the ends ansible-playbook gets
     events = _EventReader(on_event)
     try:
         if extra_vars:
@@ -399,21 +398,21 @@ def _run_ansible(argv: list[str], playbook: str, env: dict[str, str],
             # first, which /dev/fd/N does not survive; a file's content is stripped of
             # spaces).
             read_end, write_end = os.pipe()
-            ours += [read_end, write_end]
-            os.write(write_end, become_password.encode() + b"\n")
-            os.close(write_end)
-            ours.remove(write_end)
+            ours.append(read_end)
+            try:
+                os.write(write_end, become_password.encode() + b"\n")
+            finally:
+                os.close(write_end)
             stdin = read_end
             argv = [*argv, "--become-password-file", "-"]
         read_events, write_events = os.pipe()
         ours += [read_events, write_events]
-        handed.append(write_events)
         output_path = private / "output.txt"
         with open(output_path, "wb") as output:
             proc = spawn([*argv, playbook], cwd=ANSIBLE_DIR,
                          env={**env, "METALSLURM_EVENTS_FD": str(write_events)},
                          stdin=stdin, stdout=output, stderr=subprocess.STDOUT,
-                         pass_fds=handed)
+                         pass_fds=(write_events,))
         ours.remove(read_events)  # the reader's from here
         for fd in ours:
             os.close(fd)
