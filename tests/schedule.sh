@@ -5,26 +5,32 @@
 # timers, jobs, reboots, alerts): they run in two lanes at once, each on its own cluster made
 # from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
 # cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
-# both cores busy. Once it has ended (tests/e2e/conftest.py writes the marker, whether it
-# went up or not) lane b brings up its own cluster from the images lane a built; once that
-# has ended too (its marker) two more runs start beside both lanes:
+# both cores busy; beside it from the start, the power drivers' module (its own tiny
+# containers and BMC stand-ins, no cluster: nearly all its time waits on the machines it
+# powers, so it takes little from the bring-up). Once lane a's bring-up has ended
+# (tests/e2e/conftest.py writes the marker, whether it went up or not) lane b brings up its
+# own cluster from the images lane a built; once that has ended too (its marker) two more
+# runs start beside both lanes:
 # - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
 #   waits on a clock the others hold, so they take the cores whenever the clusters' runs
 #   wait, and do not slow a node's boot or a job's step while they do;
-# - one after the other: the power drivers' module (its own tiny containers), the Debian 12
-#   module (its own cluster, on the cold path), the backup controller's module and the
-#   module of machines made anew in one run (one small cluster for both, from lane a's
-#   prepared images, brought up once: tests/e2e/conftest.py ha_cluster; most of their time
-#   waits on SlurmctldTimeout, SuspendTime and reboots, so they run where the others keep
-#   the cores busy, not alone at the end), then the scale lab (its own container).
+# - one after the other: the Debian 12 module (its own cluster, on the cold path), then the
+#   backup controller's module and the module of machines made anew in one run (one small
+#   cluster for both, from lane a's prepared images, brought up once:
+#   tests/e2e/conftest.py ha_cluster; most of their time waits on SlurmctldTimeout,
+#   SuspendTime and reboots, so they run where the others keep the cores busy, not alone
+#   at the end).
 # LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
 # figures the runs print, with the CPU-seconds they keep the machine busy); a module that
 # names lane a's addresses stays in lane a. After them, lane b runs the look-alike rented
 # servers' module (its own machines, no Debian 13 cluster), once the Debian 12 module has
-# ended: never beside it, as two cold configures at once on two cores timed SSH out. Lane a
-# prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds over the whole run
-# (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how much of the two
-# cores the arrangement left idle.
+# ended: never beside it, as two cold configures at once on two cores timed SSH out; then
+# the scale lab (its own container). The three paths (lane a; lane b and what follows it;
+# the runs beside) end within about a minute of each other when each module takes what it
+# took in the last rehearsals (docs/reference/testing.md): a module moved between them moves that.
+# Lane a prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds
+# over the whole run (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how
+# much of the two cores the arrangement left idle.
 # Exit status: 0 when every run passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -38,7 +44,8 @@ logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
-        tests/e2e/test_backup_restore.py tests/e2e/test_slurm_upgrade.py)
+        tests/e2e/test_backup_restore.py tests/e2e/test_slurm_upgrade.py
+        tests/e2e/test_tenants.py)
 # The two modules of the small cluster with a backup controller, the backup's first.
 ha=(tests/e2e/test_failover.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
@@ -100,6 +107,7 @@ lane_b() {
         sleep 5
     done
     run_modules rented 10 "$rented"
+    run_modules scale-lab 5 "$scale_lab"
 }
 lane_b &
 other_lane=$!
@@ -125,17 +133,17 @@ if [ "$what" = all ]; then
     checks=$!
 fi
 
-# The modules with clusters or machines of their own, one after the other, from the same
-# moment: the power drivers' (its own tiny containers and BMC stand-ins, no cluster; nearly
-# all its time waiting on the machines it powers), Debian 12's, the backup controller's and
-# the machines made anew (one run), the scale lab.
+# The power drivers' module, from the start (beside lane a's bring-up).
+run_modules power 5 "$power" &
+power_run=$!
+
+# The modules with clusters of their own, one after the other, from the same moment:
+# Debian 12's, then the backup controller's and the machines made anew (one run).
 beside() {
     wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
-    run_modules power 5 "$power"
     run_modules debian12 10 "$debian12"
     run_modules ha 10 "${ha[@]}"
-    run_modules scale-lab 5 "$scale_lab"
 }
 beside &
 others=$!
@@ -144,12 +152,13 @@ echo "$others" > "$logs/schedule-beside.pid"
 wait "$debian13"
 rc=$?
 echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
-wait "$other_lane" "$others" ${checks:+"$checks"}
+wait "$other_lane" "$others" "$power_run" ${checks:+"$checks"}
 kill "$sampler" 2>/dev/null
-echo "== lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null), then the rented servers'" \
-     "module; lint and the unit tests (nice), and beside them the power drivers', the" \
-     "Debian 12, the backup controller's and the machines made anew modules and the scale" \
-     "lab $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after ${SECONDS} s =="
+echo "== the power drivers' module from the start; lane b $(cat "$logs/schedule-lane-b.txt" \
+     2>/dev/null), then the rented servers' module and the scale lab; lint and the unit" \
+     "tests (nice), and beside them the Debian 12, the backup controller's and the machines" \
+     "made anew modules $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after" \
+     "${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")

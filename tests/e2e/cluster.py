@@ -10,6 +10,7 @@ import atexit
 import fcntl
 import json
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -304,10 +305,40 @@ def stand_in_nvidia_smi(cluster, node: str, fixture: str) -> None:
                      f"chmod 755 {STAND_IN}.new && mv {STAND_IN}.new {STAND_IN}")
 
 
+@dataclass
+class AnsibleRun:
+    """One run of Ansible a test made (run_playbook, or the metalslurm CLI's configure or
+    up, which run it): what it was, its seconds and the host's CPU-seconds of it (the
+    command and what it ran; the nodes' share is not in it). tests/e2e/conftest.py fills
+    RUNS and prints them per module."""
+
+    test: str
+    what: str
+    seconds: float
+    cpu: float
+
+
+RUNS: list[AnsibleRun] = []
+# The test running now (tests/e2e/conftest.py sets it), which RUNS names.
+CURRENT_TEST: list[str] = [""]
+
+
+def children_cpu() -> float:
+    """CPU-seconds of this process's children it has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def metalslurm(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
     """Run the metalslurm CLI as a user would, from the repository root."""
+    start, cpu = time.monotonic(), children_cpu()
     proc = subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
+    if args[:1] == ("configure",) or (args[:2] == ("local", "up")
+                                      and "--no-configure" not in args):
+        RUNS.append(AnsibleRun(CURRENT_TEST[0], "metalslurm " + " ".join(
+            a if len(a) < 40 else "…" + a[-30:] for a in args),
+            time.monotonic() - start, children_cpu() - cpu))
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     return proc

@@ -30,14 +30,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+import infra.ops.configure
 from infra.ops.local import stack_name
 from tests.e2e.cluster import (
+    CURRENT_TEST,
     DEBIAN13_STACK,
     HA_CLUSTER,
     HA_ELASTIC,
     HA_STACK,
     HA_SUBMIT_HOST,
+    RUNS,
+    AnsibleRun,
     LocalStack,
+    children_cpu,
     cluster_containers,
     debian13_lane,
     e2e_stack,
@@ -99,6 +104,7 @@ def _own_seconds() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     before, own = _machine_busy_seconds(), _own_seconds()
+    CURRENT_TEST[0] = item.nodeid
     yield
     module = item.nodeid.split("::", 1)[0]
     _MODULE_BUSY[module] += _machine_busy_seconds() - before
@@ -109,7 +115,51 @@ def pytest_runtest_logreport(report):
     _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ansible_runs():
+    """Every run_playbook of the session in RUNS (tests/e2e/cluster.py; the CLI's are added
+    there): what it ran (its playbook, tags, limit, check), its seconds and host CPU."""
+    real = infra.ops.configure._run_ansible
+
+    def recorded(argv, playbook, *args, **kwargs):
+        start, cpu = time.monotonic(), children_cpu()
+        try:
+            return real(argv, playbook, *args, **kwargs)
+        finally:
+            options = [a for a in argv[1:] if a not in ("-i", argv[argv.index("-i") + 1])]
+            RUNS.append(AnsibleRun(CURRENT_TEST[0], " ".join([Path(playbook).name, *options]),
+                                   time.monotonic() - start, children_cpu() - cpu))
+
+    infra.ops.configure._run_ansible = recorded
+    yield
+    infra.ops.configure._run_ansible = real
+
+
+def _report_runs(terminalreporter) -> None:
+    """The runs of Ansible per module (count, seconds, host CPU-seconds) and the slowest
+    ten; every run in .metalslurm/e2e-ansible-runs-<pid>.tsv for a closer look."""
+    if not RUNS:
+        return
+    terminalreporter.section("runs of Ansible per module (run_playbook, the CLI's configure "
+                             "and up): count, seconds, the host's CPU-seconds")
+    per_module: dict[str, list[AnsibleRun]] = defaultdict(list)
+    for run in RUNS:
+        per_module[run.test.split("::", 1)[0]].append(run)
+    for module, runs in sorted(per_module.items()):
+        terminalreporter.write_line(f"{len(runs):4d} runs {sum(r.seconds for r in runs):8.1f} s "
+                                    f"{sum(r.cpu for r in runs):8.1f} CPU-s  {module}")
+    terminalreporter.write_line("the slowest ten:")
+    for run in sorted(RUNS, key=lambda r: -r.seconds)[:10]:
+        terminalreporter.write_line(f"{run.seconds:8.1f} s {run.cpu:7.1f} CPU-s  {run.test}  "
+                                    f"{run.what[:120]}")
+    ledger = Path(".metalslurm") / f"e2e-ansible-runs-{os.getpid()}.tsv"
+    ledger.parent.mkdir(exist_ok=True)
+    ledger.write_text("".join(f"{r.test}\t{r.what}\t{r.seconds:.1f}\t{r.cpu:.1f}\n"
+                              for r in RUNS))
+
+
 def pytest_terminal_summary(terminalreporter):
+    _report_runs(terminalreporter)
     if _EVIDENCE_DIRS:
         terminalreporter.section("evidence of the failed tests (saved before teardown)")
         for path in _EVIDENCE_DIRS:
