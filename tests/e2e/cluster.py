@@ -316,6 +316,8 @@ class AnsibleRun:
     what: str
     seconds: float
     cpu: float
+    # Its three longest task steps (task, seconds), where its events were read.
+    slowest: list[tuple[str, float]] = field(default_factory=list)
 
 
 RUNS: list[AnsibleRun] = []

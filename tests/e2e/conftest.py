@@ -121,14 +121,28 @@ def _ansible_runs():
     there): what it ran (its playbook, tags, limit, check), its seconds and host CPU."""
     real = infra.ops.configure._run_ansible
 
-    def recorded(argv, playbook, *args, **kwargs):
+    def recorded(argv, playbook, env, on_event, *args, **kwargs):
         start, cpu = time.monotonic(), children_cpu()
+        # Each task's step: from its start to the next task's (the linear strategy runs a
+        # task on every host before the next starts).
+        steps: dict[str, float] = defaultdict(float)
+        current = ["", start]
+
+        def timed(event):
+            if event.get("event") == "playbook_on_task_start":
+                now = time.monotonic()
+                steps[current[0]] += now - current[1]
+                current[:] = [event.get("event_data", {}).get("task") or "", now]
+            return on_event(event)
+
         try:
-            return real(argv, playbook, *args, **kwargs)
+            return real(argv, playbook, env, timed, *args, **kwargs)
         finally:
+            steps[current[0]] += time.monotonic() - current[1]
             options = [a for a in argv[1:] if a not in ("-i", argv[argv.index("-i") + 1])]
             RUNS.append(AnsibleRun(CURRENT_TEST[0], " ".join([Path(playbook).name, *options]),
-                                   time.monotonic() - start, children_cpu() - cpu))
+                                   time.monotonic() - start, children_cpu() - cpu,
+                                   sorted(steps.items(), key=lambda kv: -kv[1])[:3]))
 
     infra.ops.configure._run_ansible = recorded
     yield
@@ -148,14 +162,18 @@ def _report_runs(terminalreporter) -> None:
     for module, runs in sorted(per_module.items()):
         terminalreporter.write_line(f"{len(runs):4d} runs {sum(r.seconds for r in runs):8.1f} s "
                                     f"{sum(r.cpu for r in runs):8.1f} CPU-s  {module}")
-    terminalreporter.write_line("the slowest ten:")
+    terminalreporter.write_line("the slowest ten, each with its slowest task steps:")
     for run in sorted(RUNS, key=lambda r: -r.seconds)[:10]:
         terminalreporter.write_line(f"{run.seconds:8.1f} s {run.cpu:7.1f} CPU-s  {run.test}  "
                                     f"{run.what[:120]}")
+        for task, seconds in run.slowest:
+            terminalreporter.write_line(f"{'':20}{seconds:7.1f} s  {task or '(start)'}")
     ledger = Path(".metalslurm") / f"e2e-ansible-runs-{os.getpid()}.tsv"
     ledger.parent.mkdir(exist_ok=True)
-    ledger.write_text("".join(f"{r.test}\t{r.what}\t{r.seconds:.1f}\t{r.cpu:.1f}\n"
-                              for r in RUNS))
+    ledger.write_text("".join(
+        f"{r.test}\t{r.what}\t{r.seconds:.1f}\t{r.cpu:.1f}\t"
+        + "; ".join(f"{task or '(start)'} {seconds:.1f} s" for task, seconds in r.slowest)
+        + "\n" for r in RUNS))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -55,9 +55,13 @@ def test_alice_logs_in_with_her_key_and_submits_from_the_login_node(cluster):
     assert cluster.ctl("cat /home/alice/ssh-job.txt").stdout.strip() == "alice"
 
 
-# Over alice's own SSH session on the login node: a container step and an MPI step.
+# Over alice's own SSH session on the login node: a container step and an MPI step. The
+# MPI step on the two static nodes: with gpu-001 still completing the container step, Slurm
+# would take an elastic node, whose power-down could then land in the middle of a later
+# test's configure (seen in a rehearsal: gpu-004 unreachable).
 CONTAINER_STEP = f"srun -w gpu-001 --container-image={IMAGE} cat /etc/metalslurm-e2e-image"
-MPI_STEP = ("srun --mpi=pmix -N2 --ntasks-per-node=1 python3 -c 'from mpi4py import MPI; "
+MPI_STEP = ("srun --mpi=pmix -N2 -w gpu-001,gpu-002 --ntasks-per-node=1 python3 -c "
+            "'from mpi4py import MPI; "
             "c = MPI.COMM_WORLD; print(c.Get_rank(), c.allreduce(c.Get_rank() + 1))'")
 
 
