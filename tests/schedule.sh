@@ -53,7 +53,11 @@ power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt \
-    "$logs"/schedule-beside.pid
+    "$logs"/schedule-beside.pid "$logs"/e2e-ansible-runs-*.tsv
+# The failed tests' evidence of earlier runs goes here, once: each pytest run below keeps
+# the others' (tests/e2e/evidence.py), so .ci/run can print all of it at the end.
+rm -rf "$logs/e2e-evidence"
+export METALSLURM_E2E_SCHEDULED=1
 
 # The machine's busy CPU-seconds (all CPUs, /proc/stat's user to steal, in USER_HZ ticks)
 # every 10 s, "<seconds into the run> <ticks>", until the runs end.

@@ -268,6 +268,18 @@ class Maintain:
     def scontrol(self, arguments: str) -> str:
         return str(self.controller.run(f"scontrol {arguments}").stdout)
 
+    def resume(self, name: str) -> None:
+        """Return the node to service. slurmctld refuses to resume a node that is neither
+        down nor drained: one already back (returned by slurmctld itself, an admin or
+        another program between this command's read and its resume; seen in a rehearsal
+        right after a reboot) is left as it is; any other failure stops the run."""
+        try:
+            self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+        except RuntimeError:
+            view = self.read([name]).get(name)
+            if view is None or view.states & {"DOWN", "DRAIN"}:
+                raise
+
     # ---- the run -----------------------------------------------------------------------
 
     def run(self, nodes: Sequence[str]) -> MaintainResult:
@@ -561,7 +573,7 @@ class Maintain:
         jobs = self.jobs_on(name)
         if self.drained_for_update(progress) is None:
             return True
-        self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+        self.resume(name)
         progress.called_off = True
         progress.outcome = (f"NOT updated: {jobs or 'its jobs'} still ran after --max-wait "
                             f"{self.settings.max_wait:.0f} s; its drain was lifted and it is "
@@ -588,7 +600,7 @@ class Maintain:
         if "DRAIN" not in view.states:
             left = "back in service"  # Slurm lifted the request's drain with it
         elif view.reason.startswith(REASON_PREFIX):
-            self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+            self.resume(name)
             left = "back in service"
         else:  # drained by another meanwhile: theirs to lift
             left = f"left {view.describe().lower()} ({view.reason or 'no reason'})"
@@ -633,7 +645,7 @@ class Maintain:
             self.log(f"{name}: {progress.outcome}")
             return True
         if view.states & {"DOWN", "DRAIN"}:  # not when someone resumed it already
-            self.scontrol(f"update nodename={shlex.quote(name)} state=resume")
+            self.resume(name)
         progress.outcome, progress.resumed = "back in service", True
         progress.resumed_at = self.monotonic()
         return False

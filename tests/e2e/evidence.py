@@ -95,8 +95,17 @@ def still_running(run_dir: Path) -> bool:
     return True
 
 
+# Set by tests/schedule.sh, which removes the evidence once, before its runs: a pytest run
+# it starts after another has ended must not remove that one's (seen: lane b's failure had
+# no evidence left by the time .ci/run printed it, the rented servers' run had removed it).
+SCHEDULED = "METALSLURM_E2E_SCHEDULED"
+
+
 def remove_finished_runs() -> None:
-    """An earlier run's evidence goes; a run beside this one keeps its own."""
+    """An earlier run's evidence goes; a run beside this one keeps its own, and so does
+    every run of the same schedule."""
+    if os.environ.get(SCHEDULED):
+        return
     for run_dir in EVIDENCE.glob("*"):
         if not still_running(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)

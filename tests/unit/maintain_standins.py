@@ -98,6 +98,12 @@ class FakeSlurm:
         if words[:2] == ["scontrol", "update"]:
             options = dict(w.split("=", 1) for w in words[2:])
             node = self.nodes[options["nodename"]]
+            if options["state"] == "resume" and not node.states & {"DOWN", "DRAIN"}:
+                # slurmctld's answer, as Remote.run raises it with check.
+                error = "slurm_update error: Invalid node state specified"
+                if check:
+                    raise RuntimeError(f"on ctl: {command!r} failed (1): {error}")
+                return SimpleNamespace(returncode=1, stdout="", stderr=error)
             if options["state"] == "resume" and "DOWN" in node.states:
                 # A resumed DOWN node is not responding until slurmctld pings it.
                 node.states, node.reason = {"IDLE", "NOT_RESPONDING"}, ""
@@ -125,8 +131,11 @@ class FakeNodeShell:
     own reason, in the stand-in slurmctld) and exits 1."""
 
     def __init__(self, healthy: dict[str, bool], slurm: FakeSlurm | None = None,
-                 exit_status: int | None = None) -> None:
+                 exit_status: int | None = None, returned: frozenset[str] = frozenset()
+                 ) -> None:
         self.healthy, self.slurm, self.exit_status, self.ran = healthy, slurm, exit_status, []
+        # Nodes that slurmctld (or an admin) returns to service while their check runs.
+        self.returned = returned
 
     def __call__(self, name: str) -> FakeNodeShell:
         self.current = name
@@ -138,6 +147,9 @@ class FakeNodeShell:
         if self.exit_status is not None:
             return SimpleNamespace(returncode=self.exit_status, stdout="",
                                    stderr="metalslurm-health: bad config")
+        if self.current in self.returned:
+            node = self.slurm.nodes[self.current]
+            node.states, node.reason = {"IDLE"}, ""
         if self.healthy.get(self.current, True):
             return SimpleNamespace(returncode=0, stdout="ok gpus\n", stderr="")
         reason = "metalslurm-health: gpus: 7 of 8 GPUs (GPU 3 missing)"

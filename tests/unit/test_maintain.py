@@ -100,6 +100,38 @@ def test_a_node_failing_its_health_check_stays_out_with_the_checkers_reason():
     assert f"gpu-001: FAILED: {result.failed[0].outcome}" in lines
 
 
+def test_a_node_back_in_service_before_the_resume_is_left_so_and_the_run_goes_on():
+    """Seen in a rehearsal: the node read DOWN after its reboot, then was idle (returned by
+    slurmctld) by the time the health check had passed; slurmctld refuses the resume."""
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"}), "gpu-002": FakeNode({"IDLE"})})
+    run, lines = runner(slurm, FakeNodeShell({}, slurm, returned=frozenset({"gpu-001"})))
+    result = run.run(["gpu-001", "gpu-002"])
+    assert [(p.node, p.ok, p.outcome) for p in result.done] == [
+        ("gpu-001", True, "back in service"), ("gpu-002", True, "back in service")]
+    assert changes(slurm) == [
+        "reboot gpu-001", "scontrol update nodename=gpu-001 state=resume",
+        "reboot gpu-002", "scontrol update nodename=gpu-002 state=resume"]
+    assert [n.states for n in slurm.nodes.values()] == [{"IDLE"}, {"IDLE"}]
+    assert not [line for line in lines if "FAILED" in line or "stopped" in line]
+
+
+def test_a_resume_slurm_refuses_while_the_node_is_still_down_stops_the_run():
+    slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
+    run, _lines = runner(slurm, FakeNodeShell({}))
+    real = slurm.run
+
+    def refusing(command: str, check: bool = True, **kwargs):
+        if command.endswith("state=resume"):
+            raise RuntimeError(f"on ctl: {command!r} failed (1): slurm_update error: "
+                               "Invalid node state specified")
+        return real(command, check, **kwargs)
+
+    slurm.run = refusing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="Invalid node state specified"):
+        run.run(["gpu-001"])
+    assert slurm.nodes["gpu-001"].states == {"DOWN"}
+
+
 def test_a_checker_that_cannot_run_leaves_the_node_down():
     slurm = FakeSlurm({"gpu-001": FakeNode({"IDLE"})})
     run, _lines = runner(slurm, FakeNodeShell({}, exit_status=2))
