@@ -39,6 +39,7 @@ from tests.e2e.cluster import (
     HA_ELASTIC,
     HA_STACK,
     HA_SUBMIT_HOST,
+    REPO,
     RUNS,
     AnsibleRun,
     LocalStack,
@@ -97,8 +98,8 @@ def _machine_busy_seconds() -> float:
 
 def _own_seconds() -> float:
     """CPU-seconds of this process and of its children it has waited for."""
-    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime + children_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -168,7 +169,7 @@ def _report_runs(terminalreporter) -> None:
                                     f"{run.what[:120]}")
         for task, seconds in run.slowest:
             terminalreporter.write_line(f"{'':20}{seconds:7.1f} s  {task or '(start)'}")
-    ledger = Path(".metalslurm") / f"e2e-ansible-runs-{os.getpid()}.tsv"
+    ledger = REPO / ".metalslurm" / f"e2e-ansible-runs-{os.getpid()}.tsv"
     ledger.parent.mkdir(exist_ok=True)
     ledger.write_text("".join(
         f"{r.test}\t{r.what}\t{r.seconds:.1f}\t{r.cpu:.1f}\t"
