@@ -515,6 +515,12 @@ class LocalStack:
             if state == "PENDING BeginTime" or not state.startswith("PENDING"):
                 break
             time.sleep(0.5)
+        # The previous run ended (and slurmd revoked its credential, stamped with that
+        # second) before the job read PENDING here. slurmd refuses a credential issued in
+        # the second it revoked one for the same job (ctime <= revoked): a release in that
+        # second makes the next run fail at once, FAILED 1:0 (seen in CI). Slurm's own
+        # hold exists for this; letting it go early must wait for the next second.
+        time.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))
         self.ctl(f"scontrol update jobid={job} StartTime=now", check=False)
 
     def wait_until_done(self, job: str, timeout: float = JOB_TIMEOUT) -> str:
