@@ -144,6 +144,24 @@ def test_multi_node_srun_from_the_login_node(configured):
     assert sorted(out.split()) == ["gpu-001", "gpu-002"]
 
 
+def test_a_slurmd_restart_stops_slurmd_at_once_and_keeps_the_running_job(configured):
+    """slurmd 22.05's unit (Type=simple, KillMode=process) under the local image's time
+    namespace wrapper: a restart, as the roles' handler makes it, stops slurmd by its
+    SIGTERM, not by systemd's SIGKILL 90 s later, and the running job's step lives on."""
+    job = node_sh("ctl", "sbatch --parsable -w gpu-001 -o /dev/null --wrap='srun sleep 15'")
+    wait_for(f"job {job}'s step to run", lambda: f"{job}.0" in node_sh(
+        "ctl", f"squeue -h -s -j {job} -o %i").split(), timeout=60)
+    cursor = node_sh("gpu-001", "journalctl -u slurmd -n 0 --show-cursor -o cat "
+                                "| sed -n 's/^-- cursor: //p'")
+    node_sh("gpu-001", "timeout 30 systemctl restart slurmd")
+    said = node_sh("gpu-001", f"journalctl -u slurmd --after-cursor {quoted(cursor)} -o cat")
+    assert "slurmd.service: Deactivated successfully." in said, said
+    assert "timed out" not in said, said
+    wait_for(f"job {job} to end", lambda: node_sh(
+        "ctl", f"squeue -h -j {job} -o %i") == "", timeout=120)
+    assert node_sh("ctl", f"sacct -n -X -P -j {job} -o State,ExitCode") == "COMPLETED|0:0"
+
+
 def test_an_mpi_allreduce_runs_across_both_nodes_through_pmix(configured):
     """Slurm 22.05's PMIx plugin (slurm-wlm-basic-plugins, with the libpmix the mpi role
     installs) starts 4 OpenMPI 4.1 ranks on 2 nodes; examples/python/mpi_allreduce.py
