@@ -23,6 +23,7 @@ from infra.providers.prepared import (
     builder_config,
     commit,
     free_builder_subnet,
+    image_line,
     kind_of,
     missing,
     plan_images,
@@ -97,9 +98,10 @@ def build(cfg: ClusterConfig, builder: dict, base_ref: str, images: Sequence[Ima
             node = by_kind.get(image.kind)
             if node is None:
                 raise PreparedImageError(f"the image builder has no {image.kind} node")
+            line = image_line(builder, image.kind)
             commit(cluster.container(node), image.ref, image.kind,
-                   image.ref.rsplit("-", 1)[1])
-            for old in prune_older(image.ref):
+                   image.ref.rsplit("-", 1)[1], line)
+            for old in prune_older(image.ref, line):
                 log(f"removed the older prepared image {old}")
     finally:
         destroy_cluster(name, state)

@@ -155,6 +155,17 @@ def image_inputs(base_ref: str, builder: Mapping[str, Any], kind: str,
     return h.hexdigest()[:12]
 
 
+def image_line(builder: Mapping[str, Any], kind: str) -> str:
+    """What an image of ``kind`` is for, its roles and base image left out: the builder's
+    stack (the install settings) and the kind. A build replaces the older images of its own
+    line only (:func:`prune_older`), so two stacks with other install settings keep theirs
+    side by side instead of rebuilding each other's at every switch."""
+    h = hashlib.sha256()
+    for part in (RECIPE_VERSION, kind, json.dumps(builder, sort_keys=True)):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def image_ref(suite: str, kind: str, inputs: str) -> str:
     return f"{PREPARED_REPO}:{suite}-{kind}-{inputs}"
 
@@ -187,30 +198,47 @@ def with_network(builder: Mapping[str, Any], name: str, cidr: str) -> dict[str, 
     return {**builder, "metalslurm:clusterName": name, "metalslurm:privateCidr": cidr}
 
 
-def commit(container: str, ref: str, kind: str, inputs: str) -> None:
-    """Stop a sealed builder node and keep its file system as ``ref``."""
+LINE_LABEL = "metalslurm.line"
+
+
+def commit(container: str, ref: str, kind: str, inputs: str, line: str) -> None:
+    """Stop a sealed builder node and keep its file system as ``ref``, labelled with its
+    kind, inputs and line (:func:`image_line`)."""
     podman("stop", "--time", "20", container, timeout=120)
     podman("commit", "--quiet", "--change", "CMD=/sbin/init",
            "--change", f"LABEL metalslurm.kind={kind}",
-           "--change", f"LABEL metalslurm.inputs={inputs}", container, ref, timeout=900)
+           "--change", f"LABEL metalslurm.inputs={inputs}",
+           "--change", f"LABEL {LINE_LABEL}={line}", container, ref, timeout=900)
 
 
-def prune_older(ref: str) -> list[str]:
-    """Remove the other prepared images of the same OS and kind that nothing uses: no
-    container (running or not) is made from it and no cluster holds it (:func:`hold`).
+def line_of(image_id: str) -> str:
+    """An image's line label ('' for an image made before there was one)."""
+    out = podman("image", "inspect", "--format", f'{{{{index .Labels "{LINE_LABEL}"}}}}',
+                 image_id, check=False)
+    line = out.stdout.strip() if out.returncode == 0 else ""
+    return "" if line == "<no value>" else line
+
+
+def prune_older(ref: str, line: str) -> list[str]:
+    """Remove the other prepared images of the same OS, kind and line (:func:`image_line`;
+    one without a line label counts as the same) that nothing uses: no container (running
+    or not) is made from it and no cluster holds it (:func:`hold`).
     Checked here, not left to ``podman rmi``: an image with a second name loses only the
     name it is removed by, used or not."""
     prefix = ref.rsplit("-", 1)[0] + "-"
     names: dict[str, list[str]] = {}
-    for line in podman("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}",
-                       check=False).stdout.splitlines():
-        image_id, _, name = line.partition(" ")
+    for row in podman("images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}",
+                      check=False).stdout.splitlines():
+        image_id, _, name = row.partition(" ")
         names.setdefault(image_id.removeprefix("sha256:"), []).append(name)
     used = {i.removeprefix("sha256:") for i in podman(
         "ps", "-a", "--no-trunc", "--format", "{{.ImageID}}", check=False).stdout.split()}
     removed = []
     for image_id, its_names in names.items():
         if image_id in used or any(n.startswith(f"{HELD_REPO}:") for n in its_names):
+            continue
+        if not any(n != ref and n.startswith(prefix) for n in its_names) or \
+                line_of(image_id) not in ("", line):
             continue
         for other in its_names:
             if other != ref and other.startswith(prefix) and \

@@ -38,7 +38,14 @@ from infra.providers.local import ULIMITS
 from infra.providers.node_container import Mount, NodeContainer
 from infra.providers.podman_proxy import LAUNCH_TERMINATE, Allowed, allow_file_text, make_handler
 from infra.providers.podman_proxy import Server as ProxyServer
-from infra.providers.prepared import HELD_REPO, PREPARED_REPO, hold, prune_older, release
+from infra.providers.prepared import (
+    HELD_REPO,
+    LINE_LABEL,
+    PREPARED_REPO,
+    hold,
+    prune_older,
+    release,
+)
 from tests.e2e import podman_machines
 from tests.e2e.cluster import REPO
 
@@ -341,26 +348,32 @@ def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune
     its cluster (prepared.hold) so that another cluster's image build, which removes the
     older images of a kind nothing uses (prepared.prune_older), leaves it to the next
     resume; the cluster's down lets it go (prepared.release). All on the same image as
-    several names: podman's rmi of one of them removes only that name, used or not."""
+    several names: podman's rmi of one of them removes only that name, used or not. A
+    build prunes its own line only: another stack's image of the kind (other install
+    settings) stays; one made before lines were labelled counts as the same line."""
     base = podman_machines.ensure_image()
-    older, newer = (f"{PREPARED_REPO}:testos-compute-{h}"
-                    for h in ("0ld0ld0ld0ld", "11e111e111e1"))
+    older, newer, unlabelled, other_line = (f"{PREPARED_REPO}:testos-compute-{h}" for h in (
+        "0ld0ld0ld0ld", "11e111e111e1", "0a0a0a0a0a0a", "0b0b0b0b0b0b"))
+    line = "000000000001"
     cluster = "ms-hold-test"
     release(cluster)
     podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
     podman_machines.podman("create", "--name", "ms-hold-test-user", base)
-    for ref in (older, newer):  # two images, each its own
+    for ref, its_line in ((older, line), (newer, line), (unlabelled, None),
+                          (other_line, "000000000002")):  # each its own image
+        labels = ["--change", f"LABEL {LINE_LABEL}={its_line}"] if its_line else []
         podman_machines.podman("commit", "--quiet", "--change", f"LABEL metalslurm.test={ref}",
-                               "ms-hold-test-user", ref)
+                               *labels, "ms-hold-test-user", ref)
     podman_machines.podman("rm", "-f", "ms-hold-test-user")
     try:
         held = hold(cluster, [older])
         assert held == {older: f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-"
                                "0ld0ld0ld0ld"}
-        # Held: a build of the newer one leaves it, under both names.
-        assert prune_older(newer) == []
+        # Held: a build of the newer one leaves it, under both names; the unlabelled one
+        # goes, the other line's stays.
+        assert prune_older(newer, line) == [unlabelled]
         assert all(podman_machines.podman("image", "exists", name, check=False).returncode == 0
-                   for name in (older, held[older]))
+                   for name in (older, held[older], other_line))
         # Holding the newer one lets go of the older, as a second 'up' after a rebuild does.
         newer_held = f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-11e111e111e1"
         assert hold(cluster, [newer]) == {newer: newer_held}
@@ -370,13 +383,16 @@ def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune
         # Only the held names went: the image under its own name stays.
         assert podman_machines.podman("image", "exists", newer, check=False).returncode == 0
         # Held by nobody now and used by no container, the older one is pruned; one a
-        # container uses is not, though its name alone could be removed.
+        # container uses is not, though its name alone could be removed; the other line's
+        # goes with a build of its own line.
         podman_machines.podman("create", "--name", "ms-hold-test-user", newer)
-        assert prune_older(f"{PREPARED_REPO}:testos-compute-fffffffffff0") == [older]
+        assert prune_older(f"{PREPARED_REPO}:testos-compute-fffffffffff0", line) == [older]
         assert podman_machines.podman("image", "exists", newer, check=False).returncode == 0
         assert podman_machines.podman("image", "exists", base, check=False).returncode == 0
+        assert prune_older(f"{PREPARED_REPO}:testos-compute-fffffffffff1",
+                           "000000000002") == [other_line]
     finally:
         podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
         release(cluster)
-        for ref in (older, newer):
+        for ref in (older, newer, unlabelled, other_line):
             podman_machines.podman("rmi", ref, check=False)

@@ -13,6 +13,7 @@ from infra.providers.prepared import (
     builder_config,
     free_builder_subnet,
     image_inputs,
+    image_line,
     kind_of,
     plan_images,
     roles_digest,
@@ -100,6 +101,19 @@ def test_the_small_clusters_modules_use_the_debian13_clusters_images():
 def test_an_install_setting_names_other_images(change):
     raw = local_raw()
     assert refs({**raw, **change}) != refs(raw)
+
+
+def test_a_line_is_the_install_settings_and_kind_not_the_roles_or_the_cluster():
+    """A build prunes older images of its own line only: a roles change stays in the line
+    (the older image goes), another stack's install settings are another line (kept)."""
+    raw = local_raw()
+    line = image_line(builder_config(raw, REPO), "compute")
+    renamed = {**raw, "metalslurm:clusterName": "other", "metalslurm:privateCidr": "10.9.0.0/24"}
+    assert image_line(builder_config(renamed, REPO), "compute") == line
+    assert image_line(builder_config(raw, REPO), "login") != line
+    assert image_line(builder_config({**raw, "metalslurm:gpu": {"mode": "off"}}, REPO),
+                      "compute") != line
+    assert len(line) == 12 and int(line, 16) >= 0
 
 
 def test_every_kind_has_its_own_image_and_the_roles_name_it():
