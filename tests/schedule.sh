@@ -4,32 +4,30 @@
 # The Debian 13 modules are the longest path, and most of their time is waiting (on Slurm's
 # timers, jobs, reboots, alerts): they run in two lanes at once, each on its own cluster made
 # from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
-# cluster's bring-up (a configure of seven nodes, with the prepared images built first) does
-# not keep both cores busy. Beside it from the start:
-# - the power drivers' module (its own tiny containers and BMC stand-ins, no cluster: nearly
-#   all its time waits on the machines it powers);
+# cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
+# both cores busy; beside it from the start, the power drivers' module (its own tiny
+# containers and BMC stand-ins, no cluster: nearly all its time waits on the machines it
+# powers, so it takes little from the bring-up). Once lane a's bring-up has ended
+# (tests/e2e/conftest.py writes the marker, whether it went up or not) lane b brings up its
+# own cluster from the images lane a built; once that has ended too (its marker) two more
+# runs start beside both lanes:
 # - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
 #   waits on a clock the others hold, so they take the cores whenever the clusters' runs
-#   wait (the two bring-ups leave about a third of them idle), and do not slow a node's
-#   boot or a job's step while they do.
-# Once lane a's bring-up has ended (tests/e2e/conftest.py writes the marker, whether it went
-# up or not) lane b brings up its own cluster from the images lane a built; once that has
-# ended too (its marker) two more paths start beside both lanes, each one run after another:
-# - the Debian 12 module (its own cluster, on the cold path), then the look-alike rented
-#   servers' module (its own machines, no Debian 13 cluster): never beside the Debian 12
-#   one, as two cold configures at once on two cores timed SSH out;
-# - the backup controller's module and the module of machines made anew in one run (one
-#   small cluster for both, from lane a's prepared images, brought up once:
+#   wait, and do not slow a node's boot or a job's step while they do;
+# - one after the other: the Debian 12 module (its own cluster, on the cold path), then the
+#   backup controller's module and the module of machines made anew in one run (one small
+#   cluster for both, from lane a's prepared images, brought up once:
 #   tests/e2e/conftest.py ha_cluster; most of their time waits on SlurmctldTimeout,
-#   SuspendTime and reboots), then the scale lab (its own container).
-# The waiting modules of the four paths overlap the busy ones: with three paths the rented
-# servers' cold configure came after lane b's modules, and the two cores were half idle for
-# minutes while every path waited at once.
+#   SuspendTime and reboots, so they run where the others keep the cores busy, not alone
+#   at the end).
 # LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
 # figures the runs print, with the CPU-seconds they keep the machine busy); a module that
-# names lane a's addresses stays in lane a. The paths end within a few minutes of each
-# other when each module takes what it took in the last rehearsals
-# (docs/reference/testing.md): a module moved between them moves that.
+# names lane a's addresses stays in lane a. After them, lane b runs the look-alike rented
+# servers' module (its own machines, no Debian 13 cluster), once the Debian 12 module has
+# ended: never beside it, as two cold configures at once on two cores timed SSH out; then
+# the scale lab (its own container). The three paths (lane a; lane b and what follows it;
+# the runs beside) end within about a minute of each other when each module takes what it
+# took in the last rehearsals (docs/reference/testing.md): a module moved between them moves that.
 # Lane a prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds
 # over the whole run (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how
 # much of the two cores the arrangement left idle.
@@ -47,7 +45,7 @@ marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
         tests/e2e/test_backup_restore.py tests/e2e/test_slurm_upgrade.py
-        tests/e2e/test_tenants.py tests/e2e/test_training.py tests/e2e/test_health.py)
+        tests/e2e/test_tenants.py)
 # The two modules of the small cluster with a backup controller, the backup's first.
 ha=(tests/e2e/test_failover.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
@@ -55,7 +53,7 @@ power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt \
-    "$logs"/e2e-ansible-runs-*.tsv
+    "$logs"/schedule-beside.pid "$logs"/e2e-ansible-runs-*.tsv
 # The failed tests' evidence of earlier runs goes here, once: each pytest run below keeps
 # the others' (tests/e2e/evidence.py), so .ci/run can print all of it at the end.
 rm -rf "$logs/e2e-evidence"
@@ -106,6 +104,14 @@ lane_b() {
     wait_for_bring_up "$marker" "$debian13"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
     METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
+    # The Debian 12 module's end (its exit status written), or the end of the runs beside
+    # (their process, started after this one: its number in a file).
+    while [ ! -e "$logs/schedule-debian12.rc" ] &&
+          kill -0 "$(cat "$logs/schedule-beside.pid")" 2>/dev/null; do
+        sleep 5
+    done
+    run_modules rented 10 "$rented"
+    run_modules scale-lab 5 "$scale_lab"
 }
 lane_b &
 other_lane=$!
@@ -116,8 +122,10 @@ wait_for_both_lanes() {
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
-# Lint and the unit tests, niced, from the start.
+# Lint and the unit tests, niced, once both lanes are up: two bring-ups' boots and
+# configures beside lint on two cores left nodes without sshd for minutes.
 lint_unit() {
+    wait_for_both_lanes
     local began=$SECONDS
     nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
         > "$logs/schedule-lint-unit.log" 2>&1
@@ -133,35 +141,28 @@ fi
 run_modules power 5 "$power" &
 power_run=$!
 
-# The modules with clusters or machines of their own, on two paths from the same moment:
-# Debian 12's, then the rented servers'; the backup controller's and the machines made anew
-# (one run), then the scale lab.
+# The modules with clusters of their own, one after the other, from the same moment:
+# Debian 12's, then the backup controller's and the machines made anew (one run).
 beside() {
     wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
     run_modules debian12 10 "$debian12"
-    run_modules rented 10 "$rented"
+    run_modules ha 10 "${ha[@]}"
 }
 beside &
 others=$!
-small_cluster() {
-    wait_for_both_lanes
-    run_modules ha 10 "${ha[@]}"
-    run_modules scale-lab 5 "$scale_lab"
-}
-small_cluster &
-ha_run=$!
+echo "$others" > "$logs/schedule-beside.pid"
 
 wait "$debian13"
 rc=$?
 echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
-wait "$other_lane" "$others" "$ha_run" "$power_run" ${checks:+"$checks"}
+wait "$other_lane" "$others" "$power_run" ${checks:+"$checks"}
 kill "$sampler" 2>/dev/null
-echo "== the power drivers' module, lint and the unit tests (nice) from the start; lane b" \
-     "$(cat "$logs/schedule-lane-b.txt" 2>/dev/null); beside both lanes" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null): the Debian 12 module then the rented" \
-     "servers', and the backup controller's and the machines made anew modules then the" \
-     "scale lab; all done after ${SECONDS} s =="
+echo "== the power drivers' module from the start; lane b $(cat "$logs/schedule-lane-b.txt" \
+     2>/dev/null), then the rented servers' module and the scale lab; lint and the unit" \
+     "tests (nice), and beside them the Debian 12, the backup controller's and the machines" \
+     "made anew modules $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after" \
+     "${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")
