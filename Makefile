@@ -22,12 +22,10 @@ host-deps:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_NO_RECOMMENDS); \
 	fi
 
-# --no-compile: Python compiles what it imports on first use; compiling every file the
-# packages ship (36,000 of them in Ansible's collections alone) made the install 90 s, not 52.
 $(VENV)/.installed: pyproject.toml constraints.txt ansible/collections/pyproject.toml \
 		roles/slurm_elastic/files/metalslurm-power/pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -c constraints.txt -e '.[dev]' -e ansible/collections \
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' -e ansible/collections \
 		-e roles/slurm_elastic/files/metalslurm-power
 	touch $@
 
