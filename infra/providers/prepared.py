@@ -145,14 +145,19 @@ def roles_digest(root: Path = ANSIBLE_DIR) -> str:
     return h.hexdigest()
 
 
+def short_hash(*parts: str) -> str:
+    """12 hex digits of the parts' sha256, each part ended by a NUL."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def image_inputs(base_ref: str, builder: Mapping[str, Any], kind: str,
                  digest: str | None = None) -> str:
     """The hash that names a kind's prepared image."""
-    h = hashlib.sha256()
-    for part in (RECIPE_VERSION, base_ref, kind, json.dumps(builder, sort_keys=True),
-                 digest or roles_digest()):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:12]
+    return short_hash(RECIPE_VERSION, base_ref, kind, json.dumps(builder, sort_keys=True),
+                      digest or roles_digest())
 
 
 def image_line(builder: Mapping[str, Any], kind: str) -> str:
@@ -160,10 +165,7 @@ def image_line(builder: Mapping[str, Any], kind: str) -> str:
     stack (the install settings) and the kind. A build replaces the older images of its own
     line only (:func:`prune_older`), so two stacks with other install settings keep theirs
     side by side instead of rebuilding each other's at every switch."""
-    h = hashlib.sha256()
-    for part in (RECIPE_VERSION, kind, json.dumps(builder, sort_keys=True)):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:12]
+    return short_hash(RECIPE_VERSION, kind, json.dumps(builder, sort_keys=True))
 
 
 def image_ref(suite: str, kind: str, inputs: str) -> str:
@@ -237,13 +239,10 @@ def prune_older(ref: str, line: str) -> list[str]:
     for image_id, its_names in names.items():
         if image_id in used or any(n.startswith(f"{HELD_REPO}:") for n in its_names):
             continue
-        if not any(n != ref and n.startswith(prefix) for n in its_names) or \
-                line_of(image_id) not in ("", line):
+        older = [n for n in its_names if n != ref and n.startswith(prefix)]
+        if not older or line_of(image_id) not in ("", line):
             continue
-        for other in its_names:
-            if other != ref and other.startswith(prefix) and \
-                    podman("rmi", other, check=False).returncode == 0:
-                removed.append(other)
+        removed += [n for n in older if podman("rmi", n, check=False).returncode == 0]
     return removed
 
 
