@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 'make test' (all) and 'make e2e' (e2e): the test runs, arranged for a 2-core machine.
 #
-# The Debian 13 modules are the longest path, and most of their time is waiting (on Slurm's
+# The Debian 13 modules are the longest part, and most of their time is waiting (on Slurm's
 # timers, jobs, reboots, alerts): they run in two lanes at once, each on its own cluster made
 # from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
 # cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
@@ -10,24 +10,26 @@
 # powers, so it takes little from the bring-up). Once lane a's bring-up has ended
 # (tests/e2e/conftest.py writes the marker, whether it went up or not) lane b brings up its
 # own cluster from the images lane a built; once that has ended too (its marker) two more
-# runs start beside both lanes:
+# paths start beside both lanes:
+# - the modules with machines of their own, one after the other: the Debian 12 module (its
+#   own cluster, on the cold path), the look-alike rented servers' module (its own machines:
+#   never beside the Debian 12 module, as two cold configures at once on two cores timed
+#   SSH out), the scale lab (its own container);
 # - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
 #   waits on a clock the others hold, so they take the cores whenever the clusters' runs
-#   wait, and do not slow a node's boot or a job's step while they do;
-# - one after the other: the Debian 12 module (its own cluster, on the cold path), then the
-#   backup controller's module and the module of machines made anew in one run (one small
-#   cluster for both, from lane a's prepared images, brought up once:
-#   tests/e2e/conftest.py ha_cluster; most of their time waits on SlurmctldTimeout,
-#   SuspendTime and reboots, so they run where the others keep the cores busy, not alone
-#   at the end).
+#   wait, and do not slow a node's boot or a job's step while they do; then the backup
+#   controller's module and the module of machines made anew in one run (one small cluster
+#   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
+#   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
+#   they run where the others keep the cores busy, not alone at the end). Its bring-up
+#   waits for lint's end: two bring-ups beside lint on two cores once left a node's sshd
+#   silent for minutes.
 # LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
 # figures the runs print, with the CPU-seconds they keep the machine busy); a module that
-# names lane a's addresses stays in lane a. After them, lane b runs the look-alike rented
-# servers' module (its own machines, no Debian 13 cluster), once the Debian 12 module has
-# ended: never beside it, as two cold configures at once on two cores timed SSH out; then
-# the scale lab (its own container). The three paths (lane a; lane b and what follows it;
-# the runs beside) end within about a minute of each other when each module takes what it
-# took in the last rehearsals (docs/reference/testing.md): a module moved between them moves that.
+# names lane a's addresses stays in lane a. The four paths (lane a; lane b; the machines of
+# their own; lint and the backup controller's cluster) end within a few minutes of each
+# other when each module takes what it took in the last rehearsals (docs/reference/testing.md):
+# a module moved between them moves that.
 # Lane a prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds
 # over the whole run (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how
 # much of the two cores the arrangement left idle.
@@ -43,9 +45,9 @@ BIN=${BIN:-.venv/bin}
 logs=.metalslurm
 marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
-LANE_B=(tests/e2e/test_elastic.py tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py
-        tests/e2e/test_backup_restore.py tests/e2e/test_slurm_upgrade.py
-        tests/e2e/test_tenants.py)
+LANE_B=(tests/e2e/test_health.py tests/e2e/test_training.py tests/e2e/test_elastic.py
+        tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py tests/e2e/test_backup_restore.py
+        tests/e2e/test_slurm_upgrade.py tests/e2e/test_tenants.py)
 # The two modules of the small cluster with a backup controller, the backup's first.
 ha=(tests/e2e/test_failover.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
@@ -53,7 +55,7 @@ power=tests/e2e/test_power_drivers.py
 scale_lab=tests/e2e/test_scale_lab.py
 mkdir -p "$logs"
 rm -f "$logs"/e2e-debian13-*-up "$logs"/schedule-*.rc "$logs"/schedule-*.txt \
-    "$logs"/schedule-beside.pid "$logs"/e2e-ansible-runs-*.tsv
+    "$logs"/e2e-ansible-runs-*.tsv
 # The failed tests' evidence of earlier runs goes here, once: each pytest run below keeps
 # the others' (tests/e2e/evidence.py), so .ci/run can print all of it at the end.
 rm -rf "$logs/e2e-evidence"
@@ -104,14 +106,6 @@ lane_b() {
     wait_for_bring_up "$marker" "$debian13"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
     METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
-    # The Debian 12 module's end (its exit status written), or the end of the runs beside
-    # (their process, started after this one: its number in a file).
-    while [ ! -e "$logs/schedule-debian12.rc" ] &&
-          kill -0 "$(cat "$logs/schedule-beside.pid")" 2>/dev/null; do
-        sleep 5
-    done
-    run_modules rented 10 "$rented"
-    run_modules scale-lab 5 "$scale_lab"
 }
 lane_b &
 other_lane=$!
@@ -122,47 +116,50 @@ wait_for_both_lanes() {
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
-# Lint and the unit tests, niced, once both lanes are up: two bring-ups' boots and
-# configures beside lint on two cores left nodes without sshd for minutes.
-lint_unit() {
+# Lint and the unit tests, niced, once both lanes are up (two bring-ups' boots and
+# configures beside lint on two cores left nodes without sshd for minutes); then the backup
+# controller's cluster, brought up once lint has ended.
+lint_unit_then_ha() {
     wait_for_both_lanes
     local began=$SECONDS
-    nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
-        > "$logs/schedule-lint-unit.log" 2>&1
-    echo $? > "$logs/schedule-lint-unit.rc"
-    echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
+    if [ "$what" = all ]; then
+        nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
+            > "$logs/schedule-lint-unit.log" 2>&1
+        echo $? > "$logs/schedule-lint-unit.rc"
+        echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
+    fi
+    echo "started ${SECONDS} s into the run" > "$logs/schedule-ha.txt"
+    run_modules ha 10 "${ha[@]}"
 }
-if [ "$what" = all ]; then
-    lint_unit &
-    checks=$!
-fi
+lint_unit_then_ha &
+checks=$!
 
 # The power drivers' module, from the start (beside lane a's bring-up).
 run_modules power 5 "$power" &
 power_run=$!
 
-# The modules with clusters of their own, one after the other, from the same moment:
-# Debian 12's, then the backup controller's and the machines made anew (one run).
+# The modules with machines of their own, one after the other, from the same moment:
+# Debian 12's cluster, the look-alike rented servers, the scale lab.
 beside() {
     wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
     run_modules debian12 10 "$debian12"
-    run_modules ha 10 "${ha[@]}"
+    run_modules rented 10 "$rented"
+    run_modules scale-lab 5 "$scale_lab"
 }
 beside &
 others=$!
-echo "$others" > "$logs/schedule-beside.pid"
 
 wait "$debian13"
 rc=$?
 echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
-wait "$other_lane" "$others" "$power_run" ${checks:+"$checks"}
+wait "$other_lane" "$others" "$power_run" "$checks"
 kill "$sampler" 2>/dev/null
 echo "== the power drivers' module from the start; lane b $(cat "$logs/schedule-lane-b.txt" \
-     2>/dev/null), then the rented servers' module and the scale lab; lint and the unit" \
-     "tests (nice), and beside them the Debian 12, the backup controller's and the machines" \
-     "made anew modules $(cat "$logs/schedule-beside.txt" 2>/dev/null); all done after" \
-     "${SECONDS} s =="
+     2>/dev/null); the Debian 12 module, then the rented servers' module and the scale lab" \
+     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice), then" \
+     "the backup controller's and the machines made anew modules," \
+     "$(cat "$logs/schedule-ha.txt" 2>/dev/null); all done after ${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
     [ "$what" = e2e ] && [ "$run" = lint-unit ] && continue
     sub=$(cat "$logs/schedule-$run.rc" 2>/dev/null || echo "not run")
