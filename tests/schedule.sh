@@ -17,7 +17,9 @@
 #   SSH out), the scale lab (its own container);
 # - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
 #   waits on a clock the others hold, so they take the cores whenever the clusters' runs
-#   wait, and do not slow a node's boot or a job's step while they do; then the backup
+#   wait (nice ranks them below the host's other processes only: the node containers'
+#   cgroup under libpod_parent weighs as one such process, so they still share with it);
+#   then the backup
 #   controller's module and the module of machines made anew in one run (one small cluster
 #   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
 #   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
