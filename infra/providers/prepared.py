@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.metalslurm.cluster.plugins.module_utils.containers import ARTIFACT_NAMES
 from ansible_collections.metalslurm.cluster.plugins.module_utils.inventory_contract import (
     BACKUP_GROUP,
 )
@@ -153,10 +154,27 @@ def short_hash(*parts: str) -> str:
     return h.hexdigest()[:12]
 
 
+def hashed_settings(builder: Mapping[str, Any]) -> str:
+    """The builder's settings as its images' names hash them. Where every container
+    artifact is pinned by sha256, the mirror holding them is left out: what the image gets
+    is the same bytes from any mirror, so checkouts at other paths, or with the offline
+    mirror somewhere else (a CI machine's), share their images instead of building their
+    own. An unpinned artifact is whatever its mirror holds: its mirror stays in."""
+    containers = builder.get("metalslurm:containers")
+    if isinstance(containers, dict) and "mirror" in containers:
+        artifacts = containers.get("artifacts")
+        if isinstance(artifacts, dict) and all(
+                isinstance(artifacts.get(name), dict) and artifacts[name].get("sha256")
+                for name in ARTIFACT_NAMES):
+            builder = {**builder, "metalslurm:containers": {
+                k: v for k, v in containers.items() if k != "mirror"}}
+    return json.dumps(builder, sort_keys=True)
+
+
 def image_inputs(base_ref: str, builder: Mapping[str, Any], kind: str,
                  digest: str | None = None) -> str:
     """The hash that names a kind's prepared image."""
-    return short_hash(RECIPE_VERSION, base_ref, kind, json.dumps(builder, sort_keys=True),
+    return short_hash(RECIPE_VERSION, base_ref, kind, hashed_settings(builder),
                       digest or roles_digest())
 
 
@@ -165,7 +183,7 @@ def image_line(builder: Mapping[str, Any], kind: str) -> str:
     stack (the install settings) and the kind. A build replaces the older images of its own
     line only (:func:`prune_older`), so two stacks with other install settings keep theirs
     side by side instead of rebuilding each other's at every switch."""
-    return short_hash(RECIPE_VERSION, kind, json.dumps(builder, sort_keys=True))
+    return short_hash(RECIPE_VERSION, kind, hashed_settings(builder))
 
 
 def image_ref(suite: str, kind: str, inputs: str) -> str:

@@ -217,3 +217,23 @@ def test_the_build_lock_is_one_per_machine_and_refuses_a_link(tmp_path, monkeypa
     with pytest.raises(OSError), prepared.build_lock(tmp_path / "checkout"):
         pass
     assert not (tmp_path / "victim").exists()
+
+
+def test_a_mirror_elsewhere_names_the_same_images_when_every_artifact_is_pinned():
+    """A CI machine or another checkout keeps the offline mirror at another path: with
+    every artifact pinned by sha256 the images are the same bytes, so the same names."""
+    raw = local_raw()
+    moved = {**raw, "metalslurm:containers": {**raw["metalslurm:containers"],
+                                              "mirror": "/elsewhere/vendor"}}
+    assert builder_config(moved, REPO)["metalslurm:containers"]["mirror"] == "/elsewhere/vendor"
+    assert refs(moved) == refs(raw)
+    assert image_line(builder_config(moved, REPO), "compute") == image_line(
+        builder_config(raw, REPO), "compute")
+    # An unpinned artifact is whatever its mirror holds: then the mirror names the images.
+    artifacts = dict(raw["metalslurm:containers"]["artifacts"])
+    artifacts["pyxis"] = {}
+    unpinned = {**raw, "metalslurm:containers": {**raw["metalslurm:containers"],
+                                                 "pinnedOnly": False, "artifacts": artifacts}}
+    unpinned_moved = {**unpinned, "metalslurm:containers": {
+        **unpinned["metalslurm:containers"], "mirror": "/elsewhere/vendor"}}
+    assert refs(unpinned_moved) != refs(unpinned)
