@@ -282,6 +282,10 @@ print(urllib.request.urlopen(req, timeout=10).read().decode())
 JOB_TIMEOUT = 240
 # A process that holds apt's lock for {seconds} s, as unattended-upgrades or cloud-init's
 # first apt run would (python3 is the holder the pre-flight names); prints its pid.
+# apt-get as the tests run it on a node: it waits up to 5 minutes for the dpkg lock, which the
+# node's own apt-daily and apt-daily-upgrade, unattended-upgrades or a configure may hold (without
+# the wait it fails at once: "Could not get lock /var/lib/dpkg/lock-frontend", seen here).
+APT_GET = "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300"
 HOLD_APT_LOCK = ("nohup python3 -c \"import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', "
                  "'w'); fcntl.lockf(f, fcntl.LOCK_EX); time.sleep({seconds})\" "
                  ">/dev/null 2>&1 & echo $!")

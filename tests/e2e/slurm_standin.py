@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.e2e.cluster import quoted
+from tests.e2e.cluster import APT_GET, quoted
 
 SUFFIX = "+standin1"
 REPO = "/var/lib/metalslurm-standin"
@@ -88,7 +88,7 @@ def publish(cluster, hosts: tuple[str, ...], source: str = "slurm-wlm") -> str:
 def withdraw(cluster, hosts: tuple[str, ...]) -> None:
     """Take the stand-in's sources and repository off ``hosts`` (the packages stay)."""
     for host in hosts:
-        cluster.on(host, f"rm -rf {REPO} {SOURCES} && apt-get -qq update", check=False)
+        cluster.on(host, f"rm -rf {REPO} {SOURCES} && {APT_GET} -qq update", check=False)
 
 
 def _podman(*args: str) -> None:

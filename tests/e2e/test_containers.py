@@ -15,6 +15,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.containers impo
 
 from infra.ops.configure import ConfigureResult, run_playbook
 from tests.e2e.cluster import (
+    APT_GET,
     BUILD_IMAGE,
     E2E_REGISTRY,
     IMAGE,
@@ -247,7 +248,7 @@ def _slurm_packages(cluster: LocalStack, node: str) -> list[str]:
 
 def _install_slurm(cluster: LocalStack, node: str, version: str) -> None:
     pins = " ".join(f"{p}={version}" for p in _slurm_packages(cluster, node))
-    cluster.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+    cluster.on(node, f"{APT_GET} install -y -q --allow-downgrades "
                      f"-o Dpkg::Options::=--force-confold {pins} >/dev/null")
 
 

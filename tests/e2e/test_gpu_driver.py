@@ -35,7 +35,7 @@ import yaml
 
 from infra.ops.configure import ConfigureResult, run_playbook
 from tests.e2e import nvidia_standins
-from tests.e2e.cluster import JOB_TIMEOUT, REPO, wait_for
+from tests.e2e.cluster import APT_GET, JOB_TIMEOUT, REPO, wait_for
 
 NODES = ("gpu-001", "gpu-002")
 LSPCI = {"gpu-001": "dgx-h100-lspci.txt", "gpu-002": "h100-pcie-lspci.txt"}
@@ -77,12 +77,12 @@ def standin(debian13):
     yield debian13, repo
     for node in NODES:
         debian13.on(node, f"systemctl disable --now {' '.join(SERVICES)} >/dev/null 2>&1; "
-                          "apt-get purge -y -qq --allow-change-held-packages "
+                          f"{APT_GET} purge -y -qq --allow-change-held-packages "
                           f"{' '.join(DRIVER + FABRIC + OTHERS)} nftables >/dev/null 2>&1; "
                           f"systemctl disable {STAND_IN_BOOT_UNIT.rsplit('/', 1)[1]} "
                           f">/dev/null 2>&1; rm -rf {' '.join(FILES)} {STAND_IN_SMI} "
                           f"{STAND_IN_BOOT_UNIT} {STAND_IN_MODULE_VERSION.rsplit('/', 1)[0]}; "
-                          "systemctl daemon-reload; apt-get update -qq", check=False)
+                          f"systemctl daemon-reload; {APT_GET} update -qq", check=False)
         debian13.ctl(f"scontrol update NodeName={node} State=RESUME 2>/dev/null", check=False)
     debian13.ctl(f"rm -f {FACTS_CACHE}", check=False)
     shutil.rmtree(shared, ignore_errors=True)

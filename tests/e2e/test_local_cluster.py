@@ -146,7 +146,7 @@ IMAGE_PACKAGES = {"controller": ("slurmctld", "slurmdbd", "mariadb-server", "mun
 
 def test_the_nodes_start_from_prepared_images_that_hold_nothing_of_one_machine(up):
     """Each kind's node runs its kind's prepared image; in the image, no key, host key,
-    machine ID, builder name or enabled cluster daemon (docs/how-to/images.md)."""
+    machine ID, timer stamp, builder name or enabled cluster daemon (docs/how-to/images.md)."""
     refs = {}
     for node, kind in (("ctl", "controller"), ("gpu-001", "compute"), ("login-001", "login")):
         ref = subprocess.run(["podman", "inspect", "--format", "{{.ImageName}}",
@@ -168,6 +168,8 @@ def test_the_nodes_start_from_prepared_images_that_hold_nothing_of_one_machine(u
             assert not list((root / "etc/ssh").glob("ssh_host_*")), kind
             assert (root / "etc/machine-id").read_text() == "", kind
             assert not (root / "usr/sbin/policy-rc.d").exists(), kind
+            # No timer's last run: the builder's made every node catch up apt-daily at boot.
+            assert sorted(s.name for s in (root / "var/lib/systemd/timers").glob("*")) == [], kind
             wants = root / "etc/systemd/system/multi-user.target.wants"
             assert [d for d in CLUSTER_DAEMONS if (wants / f"{d}.service").exists()] == [], kind
             found = subprocess.run(["grep", "-rlI", "msimg-", str(root / "etc"),

@@ -28,6 +28,7 @@ from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving i
 
 from infra.ops.configure import run_playbook
 from tests.e2e.cluster import (
+    APT_GET,
     BUILD_IMAGE,
     IMAGE,
     MARKER,
@@ -290,7 +291,7 @@ def _sources_on(nodes: list[str], suite: str | None) -> None:
         else:
             command = (f"awk 'NR == 1 {{print $1, $2, \"{suite}\", \"main\"}}' "
                        f"/etc/apt/sources.list > {TRIXIE_SOURCES}")
-        node_sh(node, f"{command} && apt-get -qq -o Acquire::Languages=none update")
+        node_sh(node, f"{command} && {APT_GET} -qq -o Acquire::Languages=none update")
     with ThreadPoolExecutor(len(nodes)) as pool:
         list(pool.map(run, nodes))
 

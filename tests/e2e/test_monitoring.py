@@ -349,6 +349,7 @@ def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster
     uuids = {int(g.findtext("minor_number")): g.findtext("uuid") for g in ET.parse(
         GPU_FIXTURES / "dgx-h100-healthy.xml").getroot().findall("gpu")}
     team_a = value(metrics(cluster), "slurm_account_gpu_seconds_total", account="team-a") or 0
+    job = None
     try:
         job = cluster.submit("alice", "--nodelist=gpu-001 --gres=gpu:h100:2 --time=2 "
                                       "--wrap='sleep 300'")
@@ -363,6 +364,9 @@ def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster
             return sorted(tuple(dict(lbl).get(k, "") for k in keys) for lbl in matching(
                 [parse_sample(line) for line in get(cluster, GPU_001_NODE_EXPORTER).splitlines()
                  if line.startswith("metalslurm_gpu_job_info")], "metalslurm_gpu_job_info"))
+        # RUNNING is the allocation: the prolog (PrologFlags=Alloc) may still be writing the
+        # job's labels then (seen on a loaded machine: read 0.1 s before the prolog's end).
+        wait_for("the prolog to label the job's GPUs", lambda: exported() == want, timeout=60)
         assert exported() == want
         assert cluster.on("gpu-001", "head -q /run/metalslurm/dcgm-job-map/*").stdout.split() \
             == [job, job]
@@ -381,6 +385,8 @@ def test_a_gpu_job_labels_exactly_its_two_gpus_with_job_user_and_account(cluster
             metrics(cluster), "slurm_account_gpu_seconds_total", account="team-a")
             == team_a + 2 * int(elapsed), timeout=60)
     finally:
+        if job:  # a failure above leaves it running: the tests after this one count GPU-seconds
+            cluster.ctl(f"scancel {job}", check=False)
         cluster.on("gpu-001", f"rm -f {STAND_IN} /run/metalslurm/gpu-jobs/gpus.json")
 
 

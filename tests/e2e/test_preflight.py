@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from infra.ops.configure import run_playbook
-from tests.e2e.cluster import HOLD_APT_LOCK, REPO, metalslurm
+from tests.e2e.cluster import APT_GET, HOLD_APT_LOCK, REPO, metalslurm
 
 NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
 DEPLOY = "msdeploy"  # the rented server's sudo user, made for these tests
@@ -283,7 +283,7 @@ def test_a_firewall_a_cloned_machine_id_and_missing_gpus_are_found(cluster):
     lspci = (REPO / "tests" / "fixtures" / "pci" / "h100-pcie-lspci.txt").read_text()
     had_nft = cluster.on("gpu-002", "dpkg-query -W -f '${Status}' nftables 2>/dev/null",
                          check=False).stdout.endswith(" installed")
-    cluster.on("gpu-002", "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables "
+    cluster.on("gpu-002", f"{APT_GET} install -y -qq nftables "
                           ">/dev/null && nft add table inet msfw && nft add chain inet msfw "
                           "input '{ type filter hook input priority 10; policy drop; }' && "
                           "nft add rule inet msfw input ip saddr 10.78.0.0/16 accept && "
@@ -295,7 +295,7 @@ def test_a_firewall_a_cloned_machine_id_and_missing_gpus_are_found(cluster):
     try:
         rc, table, fails, out = preflight(cluster.inventory)
     finally:
-        purge = "" if had_nft else ("DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "
+        purge = "" if had_nft else (f"{APT_GET} purge -y -qq "
                                     "nftables >/dev/null; ")
         cluster.on("gpu-002", f"nft delete table inet msfw; {purge}"
                               f"echo {own_id} > /etc/machine-id", check=False)

@@ -22,7 +22,7 @@ import subprocess
 import pytest
 
 from infra.ops.configure import run_playbook
-from tests.e2e.cluster import REPO, wait_for
+from tests.e2e.cluster import APT_GET, REPO, wait_for
 
 NODES = ("ctl", "gpu-001", "gpu-002", "login-001")
 # As a provider's image ships it: SSH in, the rest dropped.
@@ -75,35 +75,38 @@ def cluster(debian13):
         saved[node] = (had, active == "active",
                        debian13.on(node, "cat /etc/nftables.conf 2>/dev/null",
                                    check=False).stdout)
-    for node in NODES:
-        # As a server comes: without what an earlier run of the role left (the run puts it
-        # back; the teardown leaves it, as a configured cluster has it).
-        debian13.on(node, "systemctl disable -q metalslurm-firewall 2>/dev/null; "
-                          f"systemctl disable -q --now {REPAIR_TIMER} 2>/dev/null; rm -f "
-                          f"{DROP_IN} /etc/systemd/system/metalslurm-firewall.service "
-                          f"/etc/systemd/system/{REPAIR_TIMER} "
-                          "/etc/systemd/system/metalslurm-firewall-repair.service "
-                          "/usr/local/sbin/metalslurm-firewall /etc/metalslurm-firewall.json; "
-                          "systemctl daemon-reload")
-        debian13.on(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables "
-                          f">/dev/null && cat > /etc/nftables.conf <<'EOF'\n{RENTED_RULESET}EOF\n"
-                          "systemctl restart nftables")
-    debian13.on("login-001", "mkdir -p /etc/cloud/cloud.cfg.d")
-    debian13.on("gpu-001", "mkdir -p /etc/needrestart/conf.d")
-    yield debian13
-    for node, (had, active, conf) in saved.items():
-        restore = (f"cat > /etc/nftables.conf <<'EOF'\n{conf}EOF\n" if conf
-                   else "rm -f /etc/nftables.conf; ")
-        restore += ("systemctl restart nftables" if active else "systemctl stop nftables; "
-                    "nft delete table inet filter 2>/dev/null; true")
-        if not had:
-            restore += ("; DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq nftables "
-                        ">/dev/null")
-        debian13.on(node, restore, check=False)
-    debian13.on("login-001", f"rm -f {CLOUD_CFG}; rmdir /etc/cloud/cloud.cfg.d /etc/cloud",
-                check=False)
-    debian13.on("gpu-001", f"rm -f {NEEDRESTART}; rmdir /etc/needrestart/conf.d "
-                           "/etc/needrestart", check=False)
+    # A setup that fails half-way restores too: a node left with the rented ruleset (SSH
+    # only) would fail the modules after this one on the shared cluster.
+    try:
+        for node in NODES:
+            # As a server comes: without what an earlier run of the role left (the run puts
+            # it back; the teardown leaves it, as a configured cluster has it).
+            debian13.on(node, "systemctl disable -q metalslurm-firewall 2>/dev/null; "
+                              f"systemctl disable -q --now {REPAIR_TIMER} 2>/dev/null; rm -f "
+                              f"{DROP_IN} /etc/systemd/system/metalslurm-firewall.service "
+                              f"/etc/systemd/system/{REPAIR_TIMER} "
+                              "/etc/systemd/system/metalslurm-firewall-repair.service "
+                              "/usr/local/sbin/metalslurm-firewall /etc/metalslurm-firewall.json; "
+                              "systemctl daemon-reload")
+            debian13.on(node, f"{APT_GET} install -y -qq nftables >/dev/null && cat > "
+                              f"/etc/nftables.conf <<'EOF'\n{RENTED_RULESET}EOF\n"
+                              "systemctl restart nftables")
+        debian13.on("login-001", "mkdir -p /etc/cloud/cloud.cfg.d")
+        debian13.on("gpu-001", "mkdir -p /etc/needrestart/conf.d")
+        yield debian13
+    finally:
+        for node, (had, active, conf) in saved.items():
+            restore = (f"cat > /etc/nftables.conf <<'EOF'\n{conf}EOF\n" if conf
+                       else "rm -f /etc/nftables.conf; ")
+            restore += ("systemctl restart nftables" if active else "systemctl stop nftables; "
+                        "nft delete table inet filter 2>/dev/null; true")
+            if not had:
+                restore += f"; {APT_GET} purge -y -qq nftables >/dev/null"
+            debian13.on(node, restore, check=False)
+        debian13.on("login-001", f"rm -f {CLOUD_CFG}; rmdir /etc/cloud/cloud.cfg.d /etc/cloud",
+                    check=False)
+        debian13.on("gpu-001", f"rm -f {NEEDRESTART}; rmdir /etc/needrestart/conf.d "
+                               "/etc/needrestart", check=False)
 
 
 def test_the_rented_firewall_shuts_the_cluster_out(cluster):
