@@ -15,19 +15,17 @@
 #   own cluster, on the cold path), the look-alike rented servers' module (its own machines:
 #   never beside the Debian 12 module, as two cold configures at once on two cores timed
 #   SSH out), the scale lab (its own container);
-# - the backup controller's module and the module of machines made anew in one run (one
-#   small cluster for both, from lane a's prepared images, brought up once:
-#   tests/e2e/conftest.py ha_cluster; most of their time waits on SlurmctldTimeout,
-#   SuspendTime and reboots, so they run where the others keep the cores busy, not alone at
-#   the end), once lint and the unit tests have ended.
-# Lint and the unit tests ('all' only) run from the start in a CPU cgroup of their own with a
-# low weight (low_weight): nothing in them waits on a clock the clusters hold, so they take
-# what the clusters leave idle (lane a's bring-up leaves about half a core idle for minutes)
-# and little else. nice would not do it: it ranks processes within one cgroup only, and every
-# node container's processes sit in podman's libpod_parent, which weighs as one nice-0
-# process; niced lint beside two bring-ups once left a node's sshd silent for minutes.
-# Without a cgroup to make (no root, no cpu controller) they run at nice 10 once both lanes
-# are up, as before.
+# - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
+#   waits on a clock the others hold, so they take the cores whenever the clusters' runs
+#   wait (nice ranks them below the host's other processes only: the node containers'
+#   cgroup under libpod_parent weighs as one such process, so they still share with it);
+#   then the backup
+#   controller's module and the module of machines made anew in one run (one small cluster
+#   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
+#   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
+#   they run where the others keep the cores busy, not alone at the end). Its bring-up
+#   waits for lint's end: two bring-ups beside lint on two cores once left a node's sshd
+#   silent for minutes.
 # LANE_B names lane b's modules: about half of the Debian 13 modules' time (the per-module
 # figures the runs print, with the CPU-seconds they keep the machine busy); a module that
 # names lane a's addresses stays in lane a. The four paths (lane a; lane b; the machines of
@@ -120,49 +118,18 @@ wait_for_both_lanes() {
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
-# A CPU cgroup with a low weight (an eighth of one nice-0 process, and of podman's
-# libpod_parent) for lint and the unit tests: prints its cgroup.procs file, or nothing
-# where none can be made (cgroup v1's cpu hierarchy or v2's, as root).
-LOW_WEIGHT_GROUP=metalslurm-tests-low
-low_weight() {
-    local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup
-    if [ -w "$v1" ] && [ -e "$v1/cpu.shares" ]; then
-        mkdir -p "$v1/$LOW_WEIGHT_GROUP" 2>/dev/null &&
-            echo 128 > "$v1/$LOW_WEIGHT_GROUP/cpu.shares" 2>/dev/null &&
-            echo "$v1/$LOW_WEIGHT_GROUP/cgroup.procs"
-    elif [ -e "$v2/cgroup.controllers" ] && grep -qw cpu "$v2/cgroup.controllers"; then
-        grep -qw cpu "$v2/cgroup.subtree_control" 2>/dev/null ||
-            echo +cpu > "$v2/cgroup.subtree_control" 2>/dev/null
-        mkdir -p "$v2/$LOW_WEIGHT_GROUP" 2>/dev/null &&
-            echo 12 > "$v2/$LOW_WEIGHT_GROUP/cpu.weight" 2>/dev/null &&
-            echo "$v2/$LOW_WEIGHT_GROUP/cgroup.procs"
-    fi
-}
-
-# Lint and the unit tests: from the start in the low-weight cgroup, or niced once both
-# lanes are up where there is none; then the backup controller's cluster.
+# Lint and the unit tests, niced, once both lanes are up (two bring-ups' boots and
+# configures beside lint on two cores left nodes without sshd for minutes); then the backup
+# controller's cluster, brought up once lint has ended.
 lint_unit_then_ha() {
-    local procs=""
-    [ "$what" = all ] && procs=$(low_weight)
-    [ -n "$procs" ] || wait_for_both_lanes
+    wait_for_both_lanes
     local began=$SECONDS
     if [ "$what" = all ]; then
-        if [ -n "$procs" ]; then
-            # The subshell moves itself into the cgroup (or stays where it is), then runs
-            # make there.
-            (echo "$BASHPID" > "$procs" 2>/dev/null;
-                exec make --no-print-directory -j2 --output-sync=target lint unit) \
-                > "$logs/schedule-lint-unit.log" 2>&1
-        else
-            nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
-                > "$logs/schedule-lint-unit.log" 2>&1
-        fi
+        nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
+            > "$logs/schedule-lint-unit.log" 2>&1
         echo $? > "$logs/schedule-lint-unit.rc"
-        echo "lint-unit: ${began}-${SECONDS} s${procs:+ (low-weight cgroup)}" \
-            >> "$logs/schedule-times.txt"
-        [ -n "$procs" ] && rmdir "$(dirname "$procs")" 2>/dev/null
+        echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
     fi
-    wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-ha.txt"
     run_modules ha 10 "${ha[@]}"
 }
@@ -192,7 +159,7 @@ wait "$other_lane" "$others" "$power_run" "$checks"
 kill "$sampler" 2>/dev/null
 echo "== the power drivers' module from the start; lane b $(cat "$logs/schedule-lane-b.txt" \
      2>/dev/null); the Debian 12 module, then the rented servers' module and the scale lab" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests, then" \
+     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice), then" \
      "the backup controller's and the machines made anew modules," \
      "$(cat "$logs/schedule-ha.txt" 2>/dev/null); all done after ${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
