@@ -4,9 +4,11 @@ stand-in for the controller's Slurm commands (no podman needed)."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 
 import pytest
+from ansible_collections.metalslurm.cluster.plugins.module_utils import slurm_leaving
 from ansible_collections.metalslurm.cluster.plugins.module_utils.slurm_leaving import (
     LEAVING_REASON,
 )
@@ -112,13 +114,20 @@ def test_a_job_on_a_leaving_node_refuses_at_once_naming_it(cluster, monkeypatch)
 
 
 def test_the_run_waits_for_the_jobs_up_to_the_bound(cluster, monkeypatch):
-    clock = iter(range(0, 1000, 5))
-    monkeypatch.setattr(local_provider.time, "monotonic", lambda: float(next(clock)))
+    # The wait's clock and sleep: a sleep moves the clock on (no real waiting).
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(local_provider.slurm_leaving, "drain_leaving", functools.partial(
+        slurm_leaving.drain_leaving, sleep=sleep, clock=lambda: now[0]))
     slurm = fake_slurm(monkeypatch, ["12|alice|RUNNING|gpu-002", "13|bob|COMPLETING|gpu-002"],
                        jobs_for=3)
     assert cluster.drain_leaving_nodes(cluster.specs(), wait_s=60, poll_s=5) == ["gpu-002"]
     # Three looks with jobs, one without; each asks for the jobs there and the pending ones.
     assert [c[0] for c in slurm.calls].count("squeue") == 8
+    assert now == [15.0]  # three sleeps of poll_s
 
     slurm = fake_slurm(monkeypatch, ["12|alice|RUNNING|gpu-002"], jobs_for=99)
     with pytest.raises(LeavingNodesBusy,
