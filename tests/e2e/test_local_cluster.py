@@ -30,6 +30,7 @@ from tests.e2e.cluster import (
     cluster_containers,
     metalslurm,
     network_exists,
+    wait_for,
 )
 
 CLUSTER = "ms-e2e13"
@@ -45,6 +46,24 @@ EXPECTED_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: (gpu-00[34] is an elastic nod
                            r"powered down|(ctl|login-001) runs no jobs|"
                            r"(ctl|gpu-00[12]) is not a login node|gpu-00[12] has no HCA\b.*|"
                            r"gpu-00[12] has no NVIDIA driver \(nvidia-smi\): fake GPUs only)$")
+
+
+# slurmd as systemd supervises it: the unit's main PID, every slurmd process ("PID PPID")
+# and the PID listening on slurmd's port.
+SLURMD_PROCESSES = ("systemctl show --property=MainPID --value slurmd; echo '|'; "
+                    "ps -C slurmd --no-headers -o pid=,ppid=; echo '|'; "
+                    "ss -Hltnp 'sport = :6818' | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u")
+
+
+def slurmd_supervised(up, node: str) -> str | None:
+    """slurmd's main PID on ``node`` when systemd supervises the one slurmd there: a single
+    slurmd process, the unit's main PID, systemd's child (PID 1 of the node) and the one
+    listening on port 6818; None otherwise."""
+    main, processes, listeners = (part.split() for part in
+                                  up.on(node, SLURMD_PROCESSES).stdout.split("|"))
+    if len(main) == 1 and processes == [main[0], "1"] and listeners == main:
+        return main[0]
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +265,8 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures
     completes and changes exactly slurm.conf and 'scontrol reconfigure': the failed run left
     nothing half-applied, and a reconfigurable change restarts nothing. (This module's
     idempotence check ends the test of changes made by hand.)"""
+    slurmds = {node: slurmd_supervised(up, node) for node in ("gpu-001", "gpu-002")}
+    assert None not in slurmds.values(), slurmds
     before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
     failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
@@ -260,6 +281,12 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures
     assert result.ok, result.failures
     assert changed_by_host(result) == {"ctl": ["Write slurm.conf", "Reconfigure Slurm"]}
     assert scontrol_config(up, "SchedulerParameters") == "bf_interval=45"
+    # The reconfigure made each slurmd exec a new one (Slurm 24.11) and hand it to systemd:
+    # the new slurmd is the unit's main process (the next test restarts it).
+    for node, old in slurmds.items():
+        wait_for(f"{node}'s slurmd to be the one the reconfigure started, under systemd",
+                 lambda node=node, old=old: (pid := slurmd_supervised(up, node)) and pid != old,
+                 timeout=60)
 
 
 def test_another_munge_key_is_refused_on_every_host_before_any_key_changes(up, tmp_path):
@@ -294,6 +321,9 @@ def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
                               "to change", "Restart slurmctld"]
     for node in ("gpu-001", "gpu-002"):
         assert "Restart slurmd" in changed[node], changed
+        # The restart after the reconfigure stopped the slurmd systemd had been handed and
+        # started one (a lost one would have kept the port: "Unable to bind listen port").
+        assert slurmd_supervised(up, node), up.on(node, SLURMD_PROCESSES).stdout
     assert scontrol_config(up, "MpiDefault") == "pmi2"
 
 
