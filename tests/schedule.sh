@@ -3,14 +3,16 @@
 #
 # The Debian 13 modules are the longest part, and most of their time is waiting (on Slurm's
 # timers, jobs, reboots, alerts): they run in two lanes at once, each on its own cluster made
-# from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). Lane a starts first; its
-# cluster's bring-up (a configure of seven nodes, with the prepared images built first) keeps
-# both cores busy; beside it from the start, the power drivers' module (its own tiny
-# containers and BMC stand-ins, no cluster: nearly all its time waits on the machines it
-# powers, so it takes little from the bring-up). Once lane a's bring-up has ended
-# (tests/e2e/conftest.py writes the marker, whether it went up or not) lane b brings up its
-# own cluster from the images lane a built; once that has ended too (its marker) two more
-# paths start beside both lanes:
+# from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). First the prepared images
+# both clusters are made from are built (nothing to do where they exist: about 4 minutes
+# where they do not); then both lanes bring their clusters up at the same time (a configure
+# of a few nodes each from those images: one bring-up alone kept the two cores about 60 %
+# busy, and lane b used to wait for lane a's). Beside all of it from the start, the power
+# drivers' module (its own tiny containers and BMC stand-ins, no cluster: nearly all its
+# time waits on the machines it powers). Should the images' build fail, lane b waits for
+# lane a's bring-up (tests/e2e/conftest.py writes a marker when it ends, whether it went up
+# or not), which builds them or fails saying why. Once both bring-ups have ended (lane b's
+# marker too) two more paths start beside both lanes:
 # - the modules with machines of their own, one after the other: the Debian 12 module (its
 #   own cluster, on the cold path), the look-alike rented servers' module (its own machines:
 #   never beside the Debian 12 module, as two cold configures at once on two cores timed
@@ -82,9 +84,6 @@ not_lane_a=()
 for module in "${LANE_B[@]}" "${ha[@]}" "$debian12" "$rented" "$power" "$scale_lab"; do
     not_lane_a+=(--ignore="$module")
 done
-METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e "${not_lane_a[@]}" --durations=20 &
-debian13=$!
-
 # Waits until a lane's bring-up has ended (its marker $1) or its run (pid $2) has.
 wait_for_bring_up() {
     while [ ! -e "$1" ] && kill -0 "$2" 2>/dev/null; do
@@ -104,8 +103,29 @@ run_modules() {
     echo "$name: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 }
 
+# The power drivers' module, from the start (beside the images' build and the bring-ups).
+run_modules power 5 "$power" &
+power_run=$!
+
+# The Debian 13 stack's prepared images, which both lanes' clusters are made from (nothing
+# to do where they exist): built here, before either lane starts, so that the two lanes
+# bring their clusters up at the same time. Where this fails, lane b waits for lane a's
+# bring-up instead, which builds them (or fails, saying why).
+images_began=$SECONDS
+images=failed
+if stack=$("$BIN"/python -c 'from tests.e2e.cluster import DEBIAN13_STACK, e2e_stack
+print(e2e_stack(DEBIAN13_STACK))' 2> "$logs/schedule-images.log") \
+        && "$BIN"/metalslurm image build --stack "$stack" >> "$logs/schedule-images.log" 2>&1; then
+    images=ready
+fi
+echo "images: ${images_began}-${SECONDS} s ($images)" >> "$logs/schedule-times.txt"
+
+lane_a_began=$SECONDS
+METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e "${not_lane_a[@]}" --durations=20 &
+debian13=$!
+
 lane_b() {
-    wait_for_bring_up "$marker" "$debian13"
+    [ "$images" = ready ] || wait_for_bring_up "$marker" "$debian13"
     echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
     METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
 }
@@ -136,10 +156,6 @@ lint_unit_then_ha() {
 lint_unit_then_ha &
 checks=$!
 
-# The power drivers' module, from the start (beside lane a's bring-up).
-run_modules power 5 "$power" &
-power_run=$!
-
 # The modules with machines of their own, one after the other, from the same moment:
 # Debian 12's cluster, the look-alike rented servers, the scale lab.
 beside() {
@@ -154,10 +170,11 @@ others=$!
 
 wait "$debian13"
 rc=$?
-echo "debian13-a: 0-${SECONDS} s" >> "$logs/schedule-times.txt"
+echo "debian13-a: ${lane_a_began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 wait "$other_lane" "$others" "$power_run" "$checks"
 kill "$sampler" 2>/dev/null
-echo "== the power drivers' module from the start; lane b $(cat "$logs/schedule-lane-b.txt" \
+echo "== the power drivers' module from the start; the prepared images" \
+     "$(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null); lane b $(cat "$logs/schedule-lane-b.txt" \
      2>/dev/null); the Debian 12 module, then the rented servers' module and the scale lab" \
      "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice), then" \
      "the backup controller's and the machines made anew modules," \
@@ -177,5 +194,7 @@ awk -v cores="$(nproc)" -v hz="$(getconf CLK_TCK)" '
     END { if (t > t0) printf "== the machine was busy %.0f of %.0f CPU-s (%.0f%% of %d cores) ==\n",
                              (b - b0) / hz, (t - t0) * cores, 100 * (b - b0) / hz / ((t - t0) * cores), cores }' \
     "$logs/schedule-cpu.txt" 2>/dev/null
+[ "$images" = ready ] || { echo "== the prepared images' build before the lanes failed" \
+    "(lane a's bring-up built them after it) =="; cat "$logs/schedule-images.log"; }
 [ "$rc" -eq 0 ] && echo "== every run passed ==" || echo "== a run failed (exit 1) =="
 exit "$rc"
