@@ -6,8 +6,9 @@
 # from the one stack file (tests/e2e/cluster.py, DEBIAN13_LANES). First the prepared images
 # both clusters are made from are built (nothing to do where they exist: about 4 minutes
 # where they do not); then both lanes bring their clusters up at the same time (a configure
-# of a few nodes each from those images: one bring-up alone kept the two cores about 60 %
-# busy, and lane b used to wait for lane a's). Beside all of it from the start, the power
+# of a few nodes each from those images; lane b's after lane a's kept the two cores about
+# 70 % busy for the run's first three minutes, and both at once end about 20 s sooner:
+# docs/lab/benchmarks.md). Beside all of it from the start, the power
 # drivers' module (its own tiny containers and BMC stand-ins, no cluster: nearly all its
 # time waits on the machines it powers). Should the images' build fail, lane b waits for
 # lane a's bring-up (tests/e2e/conftest.py writes a marker when it ends, whether it went up
