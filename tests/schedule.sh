@@ -196,6 +196,7 @@ awk -v cores="$(nproc)" -v hz="$(getconf CLK_TCK)" '
                              (b - b0) / hz, (t - t0) * cores, 100 * (b - b0) / hz / ((t - t0) * cores), cores }' \
     "$logs/schedule-cpu.txt" 2>/dev/null
 [ "$images" = ready ] || { echo "== the prepared images' build before the lanes failed" \
-    "(lane a's bring-up built them after it) =="; cat "$logs/schedule-images.log"; }
+    "(lane a's bring-up then built them itself, or failed saying why) =="
+    cat "$logs/schedule-images.log"; }
 [ "$rc" -eq 0 ] && echo "== every run passed ==" || echo "== a run failed (exit 1) =="
 exit "$rc"
