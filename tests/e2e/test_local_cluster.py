@@ -48,22 +48,36 @@ EXPECTED_SKIP = re.compile(r"^SKIPPED \[\d+\] \S+: (gpu-00[34] is an elastic nod
                            r"gpu-00[12] has no NVIDIA driver \(nvidia-smi\): fake GPUs only)$")
 
 
-# slurmd as systemd supervises it: the unit's main PID, every slurmd process ("PID PPID")
-# and the PID listening on slurmd's port.
-SLURMD_PROCESSES = ("systemctl show --property=MainPID --value slurmd; echo '|'; "
-                    "ps -C slurmd --no-headers -o pid=,ppid=; echo '|'; "
-                    "ss -Hltnp 'sport = :6818' | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u")
+# slurmd as systemd supervises it: the unit's main PID, every slurmd process ("PID PPID"),
+# the PIDs listening on slurmd's port, and whether the main PID's time namespace is the one
+# the local image's wrapper made (templates/local/rootfs/usr/sbin/slurmd), not the node's.
+SLURMD_PROCESSES = (
+    "main=$(systemctl show --property=MainPID --value slurmd); echo $main; echo '|'; "
+    "ps -C slurmd --no-headers -o pid=,ppid=; echo '|'; "
+    "ss -Hltnp 'sport = :6818' | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u; echo '|'; "
+    "[ \"$(stat -L -c %i /proc/$main/ns/time)\" = \"$(stat -L -c %i "
+    "/run/metalslurm/slurmd-time)\" ] && [ \"$(readlink /proc/$main/ns/time)\" != "
+    "\"$(readlink /proc/1/ns/time)\" ] 2>/dev/null && echo own-clock; true")
 
 
 def slurmd_supervised(up, node: str) -> str | None:
     """slurmd's main PID on ``node`` when systemd supervises the one slurmd there: a single
-    slurmd process, the unit's main PID, systemd's child (PID 1 of the node) and the one
-    listening on port 6818; None otherwise."""
-    main, processes, listeners = (part.split() for part in
-                                  up.on(node, SLURMD_PROCESSES).stdout.split("|"))
-    if len(main) == 1 and processes == [main[0], "1"] and listeners == main:
+    slurmd process, the unit's main PID, a child of the node's PID 1 (systemd), the one
+    listening on port 6818, and in the wrapper's time namespace; None otherwise (also for a
+    moment while slurmd forks a child that has not yet run its program: callers wait)."""
+    main, processes, listeners, clock = (part.split() for part in
+                                         up.on(node, SLURMD_PROCESSES).stdout.split("|"))
+    if len(main) == 1 and processes == [main[0], "1"] and listeners == main \
+            and clock == ["own-clock"]:
         return main[0]
     return None
+
+
+def wait_for_new_slurmd(up, node: str, old: str | None, why: str) -> str:
+    """Until ``node``'s slurmd is supervised (slurmd_supervised) and is not ``old``."""
+    return wait_for(f"{node}'s slurmd to be {why}, under systemd",
+                    lambda: (pid := slurmd_supervised(up, node)) and pid != old and pid,
+                    timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -265,8 +279,8 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures
     completes and changes exactly slurm.conf and 'scontrol reconfigure': the failed run left
     nothing half-applied, and a reconfigurable change restarts nothing. (This module's
     idempotence check ends the test of changes made by hand.)"""
-    slurmds = {node: slurmd_supervised(up, node) for node in ("gpu-001", "gpu-002")}
-    assert None not in slurmds.values(), slurmds
+    slurmds = {node: wait_for_new_slurmd(up, node, None, "running")
+               for node in ("gpu-001", "gpu-002")}
     before = up.ctl("sha256sum /etc/slurm/slurm.conf").stdout
     failed = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"SchedulerParameters": "bf_interval=30 bf_window=60"}})
@@ -284,9 +298,7 @@ def test_a_run_that_fails_midway_is_repaired_by_the_next_which_only_reconfigures
     # The reconfigure made each slurmd exec a new one (Slurm 24.11) and hand it to systemd:
     # the new slurmd is the unit's main process (the next test restarts it).
     for node, old in slurmds.items():
-        wait_for(f"{node}'s slurmd to be the one the reconfigure started, under systemd",
-                 lambda node=node, old=old: (pid := slurmd_supervised(up, node)) and pid != old,
-                 timeout=60)
+        wait_for_new_slurmd(up, node, old, "the one the reconfigure started")
 
 
 def test_another_munge_key_is_refused_on_every_host_before_any_key_changes(up, tmp_path):
@@ -313,6 +325,8 @@ def test_another_munge_key_is_refused_on_every_host_before_any_key_changes(up, t
 
 
 def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
+    slurmds = {node: wait_for_new_slurmd(up, node, None, "running")
+               for node in ("gpu-001", "gpu-002")}
     result = run_playbook(up.inventory, out=lambda _line: None, extra_vars={
         "slurm_controller_config": {"MpiDefault": "pmi2"}})
     assert result.ok, result.failures
@@ -323,7 +337,7 @@ def test_a_start_only_change_restarts_slurmctld_then_slurmd(up):
         assert "Restart slurmd" in changed[node], changed
         # The restart after the reconfigure stopped the slurmd systemd had been handed and
         # started one (a lost one would have kept the port: "Unable to bind listen port").
-        assert slurmd_supervised(up, node), up.on(node, SLURMD_PROCESSES).stdout
+        wait_for_new_slurmd(up, node, slurmds[node], "the one the restart started")
     assert scontrol_config(up, "MpiDefault") == "pmi2"
 
 
