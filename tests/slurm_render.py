@@ -116,7 +116,7 @@ def run_render(tmp_path: Path, releases: tuple[str, ...], extra_vars: dict | Non
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory or fixture_inventory()))
     (tmp_path / "render.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_NOCOLOR="1")
+               ANSIBLE_NOCOLOR="1")  # ansible-playbook: the venv's (conftest.py)
     (tmp_path / "extra-vars.yml").write_text(yaml.safe_dump(extra_vars or {}))
     return subprocess.run(["ansible-playbook", "-i", str(tmp_path / "inventory.yml"),
                            "-e", f"@{tmp_path / 'extra-vars.yml'}", str(tmp_path / "render.yml")],

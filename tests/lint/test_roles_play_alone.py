@@ -22,7 +22,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -159,8 +158,7 @@ def run_alone(work: Path, name: str, play: list[dict] | None, inventory: dict,
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible/ansible.cfg"),
                ANSIBLE_STRATEGY="role_alone_linear", ANSIBLE_STRATEGY_PLUGINS=str(STRATEGY_DIR),
                ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="4", ROLE_ALONE_RECORD=str(record),
-               ROLE_ALONE_ANSWERS=json.dumps(STAND_IN),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+               ROLE_ALONE_ANSWERS=json.dumps(STAND_IN))  # the venv's ansible-playbook
     proc = subprocess.run(["ansible-playbook", "--check", "-i",
                            str(work / f"{name}-inventory.yml"), str(playbook), *args],
                           capture_output=True, text=True, env=env, check=False,
