@@ -10,19 +10,20 @@
 # 70 % busy for the run's first three minutes, and both at once end about 20 s sooner:
 # docs/lab/benchmarks.md). Beside all of it from the start, the power
 # drivers' module (its own tiny containers and BMC stand-ins, no cluster: nearly all its
-# time waits on the machines it powers). Should the images' build fail, lane b waits for
-# lane a's bring-up (tests/e2e/conftest.py writes a marker when it ends, whether it went up
-# or not), which builds them or fails saying why. Once both bring-ups have ended (lane b's
-# marker too) two more paths start beside both lanes:
+# time waits on the machines it powers); and lint and the unit tests ('all' only) at the
+# lowest CPU priority (nice 19), which take only what the bring-ups leave idle. Should the
+# images' build fail, lane b waits for lane a's bring-up (tests/e2e/conftest.py writes a
+# marker when it ends, whether it went up or not), which builds them or fails saying why.
+# Once both bring-ups have ended (lane b's marker too), lint and the unit tests go up to
+# nice 10, and the other paths start beside both lanes:
 # - the modules with machines of their own, one after the other: the Debian 12 module (its
 #   own cluster, on the cold path), the look-alike rented servers' module (its own machines:
 #   never beside the Debian 12 module, as two cold configures at once on two cores timed
 #   SSH out), the scale lab (its own container);
-# - lint and the unit tests ('all' only), at a lower CPU priority (nice): nothing in them
-#   waits on a clock the others hold, so they take the cores whenever the clusters' runs
-#   wait (nice ranks them below the host's other processes only: the node containers'
-#   cgroup under libpod_parent weighs as one such process, so they still share with it);
-#   then the backup
+# - after lint and the unit tests (nothing in them waits on a clock the others hold, so
+#   at nice 10 they take the cores whenever the clusters' runs wait; nice ranks them below
+#   the host's other processes only: the node containers' cgroup under libpod_parent
+#   weighs as one such process, so they still share with it), the backup
 #   controller's module and the module of machines made anew in one run (one small cluster
 #   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
 #   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
@@ -139,18 +140,40 @@ wait_for_both_lanes() {
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
-# Lint and the unit tests, niced, once both lanes are up (two bring-ups' boots and
-# configures beside lint on two cores left nodes without sshd for minutes); then the backup
-# controller's cluster, brought up once lint has ended.
+# Every process below pid $1 (children's children too), from /proc: the processes to renice.
+descendants() {
+    cat /proc/[0-9]*/stat 2>/dev/null | awk -v root="$1" '
+        { pid = $1; rest = $0; sub(/.*\) /, "", rest); split(rest, f, " "); parent[pid] = f[2] }
+        END { tree[root] = 1
+              do { grew = 0
+                   for (p in parent) if (!(p in tree) && (parent[p] in tree)) { tree[p] = 1; grew = 1 }
+              } while (grew)
+              for (p in tree) if (p != root) print p }'
+}
+
+# Lint and the unit tests from the start, at the lowest CPU priority (nice 19) while the
+# lanes bring their clusters up: two bring-ups at once left the cores about a third idle
+# for three minutes (waiting on slurmd's registrations, the elastic nodes' power-down,
+# Prometheus' first scrape), and nice 19 takes only what they leave. Once both lanes are up,
+# reniced to 10 (the processes already running and, through their parents, those they
+# start): at 19 beside the modules' runs they starved and ended ten minutes later. Then the
+# backup controller's cluster, brought up once lint has ended (two bring-ups beside lint at
+# nice 10 on two cores once left a node's sshd silent for minutes).
 lint_unit_then_ha() {
-    wait_for_both_lanes
     local began=$SECONDS
     if [ "$what" = all ]; then
-        nice -n 10 make --no-print-directory -j2 --output-sync=target lint unit \
+        (nice -n 19 make --no-print-directory -j2 --output-sync=target lint unit \
             > "$logs/schedule-lint-unit.log" 2>&1
-        echo $? > "$logs/schedule-lint-unit.rc"
+         echo $? > "$logs/schedule-lint-unit.rc") &
+        local lint=$!
+        wait_for_both_lanes
+        # shellcheck disable=SC2046  # one pid a word
+        env -u POSIXLY_CORRECT renice -n 10 -p $(descendants "$lint") > /dev/null 2>&1
+        echo "lint-unit: reniced from 19 to 10 at ${SECONDS} s" >> "$logs/schedule-times.txt"
+        wait "$lint"
         echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
     fi
+    wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-ha.txt"
     run_modules ha 10 "${ha[@]}"
 }
@@ -177,7 +200,8 @@ kill "$sampler" 2>/dev/null
 echo "== the power drivers' module from the start; the prepared images" \
      "$(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null); lane b $(cat "$logs/schedule-lane-b.txt" \
      2>/dev/null); the Debian 12 module, then the rented servers' module and the scale lab" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice), then" \
+     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice 19 from the start, 10 once" \
+     "both lanes were up), then" \
      "the backup controller's and the machines made anew modules," \
      "$(cat "$logs/schedule-ha.txt" 2>/dev/null); all done after ${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
