@@ -140,7 +140,7 @@ wait_for_both_lanes() {
     wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
-# Every process below pid $1 (children's children too), from /proc: the processes to renice.
+# Every process below pid $1 (children's children too), from /proc.
 descendants() {
     cat /proc/[0-9]*/stat 2>/dev/null | awk -v root="$1" '
         { pid = $1; rest = $0; sub(/.*\) /, "", rest); split(rest, f, " "); parent[pid] = f[2] }
@@ -151,26 +151,57 @@ descendants() {
               for (p in tree) if (p != root) print p }'
 }
 
-# Lint and the unit tests from the start, at the lowest CPU priority (nice 19) while the
-# lanes bring their clusters up: two bring-ups at once left the cores about a third idle
-# for three minutes (waiting on slurmd's registrations, the elastic nodes' power-down,
-# Prometheus' first scrape), and nice 19 takes only what they leave. Once both lanes are up,
-# reniced to 10 (the processes already running and, through their parents, those they
-# start): at 19 beside the modules' runs they starved and ended ten minutes later. Then the
-# backup controller's cluster, brought up once lint has ended (two bring-ups beside lint at
-# nice 10 on two cores once left a node's sshd silent for minutes).
+# True once pid $1 is in an autogroup other than this shell's (setsid made its session), in
+# at most 5 s: never the run's own group, which holds the lanes.
+own_autogroup() {
+    local mine theirs tries=50
+    read -r mine _ < "/proc/$BASHPID/autogroup" || return 1
+    while read -r theirs _ 2>/dev/null < "/proc/$1/autogroup" && [ $((tries -= 1)) -gt 0 ]; do
+        [ "$theirs" != "$mine" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Weighs lint's processes (session leader $1) against the rest of the run: where the
+# kernel schedules by session (autogroups, sched_autogroup_enabled), the session's group
+# as nice $2 (its weight against the other sessions and the node containers' cgroup: nice
+# inside a group only ranks that group's own processes); elsewhere each process as nice $3
+# (the processes already running and, through their parents, those they start).
+weigh_lint() {
+    if [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] \
+            && own_autogroup "$1" && echo "$2" 2>/dev/null > "/proc/$1/autogroup"; then
+        echo "autogroup nice $2"
+    else
+        # shellcheck disable=SC2046  # one pid a word
+        env -u POSIXLY_CORRECT renice -n "$3" -p "$1" $(descendants "$1") > /dev/null 2>&1
+        echo "nice $3"
+    fi
+}
+
+# Lint and the unit tests from the start, in a session of their own (setsid), weighed as
+# the lowest priority while the lanes bring their clusters up: two bring-ups at once left
+# the cores about a third idle for three minutes (waiting on slurmd's registrations, the
+# elastic nodes' power-down, Prometheus' first scrape), and lint takes only what they leave
+# (at nice 19 inside the run's own session it took half the cores from the node
+# containers, whose cgroup weighs as one session, and the bring-ups took 260 s instead of
+# 175). Once both lanes are up, weighed as one more session (nice 10 per process where the
+# kernel has no autogroups), so that they end in time for the backup controller's cluster,
+# brought up once they have ended (two bring-ups beside lint on two cores once left a
+# node's sshd silent for minutes).
 lint_unit_then_ha() {
     local began=$SECONDS
     if [ "$what" = all ]; then
-        (nice -n 19 make --no-print-directory -j2 --output-sync=target lint unit \
-            > "$logs/schedule-lint-unit.log" 2>&1
-         echo $? > "$logs/schedule-lint-unit.rc") &
-        local lint=$!
+        setsid --wait make --no-print-directory -j2 --output-sync=target lint unit \
+            > "$logs/schedule-lint-unit.log" 2>&1 &
+        local lint=$! weight
+        weight=$(weigh_lint "$lint" 19 19)
+        echo "lint-unit: $weight from the start" >> "$logs/schedule-times.txt"
         wait_for_both_lanes
-        # shellcheck disable=SC2046  # one pid a word
-        env -u POSIXLY_CORRECT renice -n 10 -p $(descendants "$lint") > /dev/null 2>&1
-        echo "lint-unit: reniced from 19 to 10 at ${SECONDS} s" >> "$logs/schedule-times.txt"
+        weight=$(weigh_lint "$lint" 0 10)
+        echo "lint-unit: $weight from ${SECONDS} s" >> "$logs/schedule-times.txt"
         wait "$lint"
+        echo $? > "$logs/schedule-lint-unit.rc"
         echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
     fi
     wait_for_both_lanes
