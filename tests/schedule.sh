@@ -8,22 +8,21 @@
 # where they do not); then both lanes bring their clusters up at the same time (a configure
 # of a few nodes each from those images; lane b's after lane a's kept the two cores about
 # 70 % busy for the run's first three minutes, and both at once end about 20 s sooner:
-# docs/lab/benchmarks.md). Beside all of it from the start, the power
-# drivers' module (its own tiny containers and BMC stand-ins, no cluster: nearly all its
-# time waits on the machines it powers); and lint and the unit tests ('all' only) at the
-# lowest CPU priority (nice 19), which take only what the bring-ups leave idle. Should the
-# images' build fail, lane b waits for lane a's bring-up (tests/e2e/conftest.py writes a
-# marker when it ends, whether it went up or not), which builds them or fails saying why.
-# Once both bring-ups have ended (lane b's marker too), lint and the unit tests go up to
-# nice 10, and the other paths start beside both lanes:
+# docs/lab/benchmarks.md). Beside them from the start, lint and the unit tests ('all'
+# only), in a session of their own weighed as the lowest priority (its autogroup as nice
+# 19), which takes only what the two bring-ups leave idle. Should the images' build fail,
+# lane b waits for lane a's bring-up (tests/e2e/conftest.py writes a marker when it ends,
+# whether it went up or not), which builds them or fails saying why. Once both bring-ups
+# have ended (lane b's marker too), lint's session is weighed as nice 0, and the other paths
+# start beside both lanes:
 # - the modules with machines of their own, one after the other: the Debian 12 module (its
 #   own cluster, on the cold path), the look-alike rented servers' module (its own machines:
 #   never beside the Debian 12 module, as two cold configures at once on two cores timed
-#   SSH out), the scale lab (its own container);
+#   SSH out), the scale lab (its own container), the power drivers' module (its own tiny
+#   containers and BMC stand-ins: nearly all its time waits on the machines it powers, so
+#   it goes where the cores have room, at the end of the path that ends first);
 # - after lint and the unit tests (nothing in them waits on a clock the others hold, so
-#   at nice 10 they take the cores whenever the clusters' runs wait; nice ranks them below
-#   the host's other processes only: the node containers' cgroup under libpod_parent
-#   weighs as one such process, so they still share with it), the backup
+#   they take the cores whenever the clusters' runs wait), the backup
 #   controller's module and the module of machines made anew in one run (one small cluster
 #   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
 #   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
@@ -104,10 +103,6 @@ run_modules() {
     echo $? > "$logs/schedule-$name.rc"
     echo "$name: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 }
-
-# The power drivers' module, from the start (beside the images' build and the bring-ups).
-run_modules power 5 "$power" &
-power_run=$!
 
 # The Debian 13 stack's prepared images, which both lanes' clusters are made from (nothing
 # to do where they exist): built here, before either lane starts, so that the two lanes
@@ -219,6 +214,7 @@ beside() {
     run_modules debian12 10 "$debian12"
     run_modules rented 10 "$rented"
     run_modules scale-lab 5 "$scale_lab"
+    run_modules power 5 "$power"
 }
 beside &
 others=$!
@@ -226,13 +222,13 @@ others=$!
 wait "$debian13"
 rc=$?
 echo "debian13-a: ${lane_a_began}-${SECONDS} s" >> "$logs/schedule-times.txt"
-wait "$other_lane" "$others" "$power_run" "$checks"
+wait "$other_lane" "$others" "$checks"
 kill "$sampler" 2>/dev/null
-echo "== the power drivers' module from the start; the prepared images" \
-     "$(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null); lane b $(cat "$logs/schedule-lane-b.txt" \
-     2>/dev/null); the Debian 12 module, then the rented servers' module and the scale lab" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); lint and the unit tests (nice 19 from the start, 10 once" \
-     "both lanes were up), then" \
+echo "== the prepared images $(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null);" \
+     "lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); lint and the unit tests from the" \
+     "start (their session weighed as nice 19 until both lanes were up, then as nice 0); the" \
+     "Debian 12 module, then the rented servers', the scale lab and the power drivers' modules" \
+     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); after lint and the unit tests" \
      "the backup controller's and the machines made anew modules," \
      "$(cat "$logs/schedule-ha.txt" 2>/dev/null); all done after ${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
