@@ -146,16 +146,25 @@ descendants() {
               for (p in tree) if (p != root) print p }'
 }
 
-# True once pid $1 is in an autogroup other than this shell's (setsid made its session), in
-# at most 5 s: never the run's own group, which holds the lanes.
-own_autogroup() {
-    local mine theirs tries=50
-    read -r mine _ < "/proc/$BASHPID/autogroup" || return 1
-    while read -r theirs _ 2>/dev/null < "/proc/$1/autogroup" && [ $((tries -= 1)) -gt 0 ]; do
-        [ "$theirs" != "$mine" ] && return 0
+# True once pid $1 leads a session of its own (setsid has made it: at most 5 s after the
+# start), false if it has ended: never for a later process that got the pid of lint's make
+# (a lane's, which weighing would slow).
+leads_session() {
+    local tries=50 session
+    while [ -e "/proc/$1" ] && [ $((tries -= 1)) -gt 0 ]; do
+        session=$(awk '{ sub(/.*\) /, ""); print $4 }' "/proc/$1/stat" 2>/dev/null)
+        [ "$session" = "$1" ] && return 0
         sleep 0.1
     done
     return 1
+}
+
+# True if pid $1 is in an autogroup other than this shell's: never the run's own group,
+# which holds the lanes.
+own_autogroup() {
+    local mine theirs
+    read -r mine _ < "/proc/$BASHPID/autogroup" && read -r theirs _ < "/proc/$1/autogroup" \
+        && [ "$theirs" != "$mine" ]
 }
 
 # Weighs lint's processes (session leader $1) against the rest of the run: where the
@@ -164,13 +173,16 @@ own_autogroup() {
 # inside a group only ranks that group's own processes); elsewhere each process as nice $3
 # (the processes already running and, through their parents, those they start).
 weigh_lint() {
-    if [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] \
+    # shellcheck disable=SC2046  # descendants: one pid a word
+    if ! leads_session "$1"; then
+        echo "not weighed (ended)"
+    elif [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ] \
             && own_autogroup "$1" && echo "$2" 2>/dev/null > "/proc/$1/autogroup"; then
         echo "autogroup nice $2"
-    else
-        # shellcheck disable=SC2046  # one pid a word
-        env -u POSIXLY_CORRECT renice -n "$3" -p "$1" $(descendants "$1") > /dev/null 2>&1
+    elif env -u POSIXLY_CORRECT renice -n "$3" -p "$1" $(descendants "$1") > /dev/null 2>&1; then
         echo "nice $3"
+    else
+        echo "not weighed (renice failed: lowering a nice value takes root)"
     fi
 }
 
@@ -190,13 +202,16 @@ lint_unit_then_ha() {
         setsid --wait make --no-print-directory -j2 --output-sync=target lint unit \
             > "$logs/schedule-lint-unit.log" 2>&1 &
         local lint=$! weight
+        # A run stopped with SIGTERM stops lint's session too (its own process group).
+        trap 'kill -- -"$lint" 2>/dev/null; exit 143' TERM
         weight=$(weigh_lint "$lint" 19 19)
-        echo "lint-unit: $weight from the start" >> "$logs/schedule-times.txt"
+        echo "lint-unit: $weight from ${SECONDS} s" >> "$logs/schedule-times.txt"
         wait_for_both_lanes
         weight=$(weigh_lint "$lint" 0 10)
         echo "lint-unit: $weight from ${SECONDS} s" >> "$logs/schedule-times.txt"
         wait "$lint"
         echo $? > "$logs/schedule-lint-unit.rc"
+        trap - TERM
         echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
     fi
     wait_for_both_lanes
@@ -207,7 +222,7 @@ lint_unit_then_ha &
 checks=$!
 
 # The modules with machines of their own, one after the other, from the same moment:
-# Debian 12's cluster, the look-alike rented servers, the scale lab.
+# Debian 12's cluster, the look-alike rented servers, the scale lab, the power drivers'.
 beside() {
     wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-beside.txt"
@@ -224,11 +239,15 @@ rc=$?
 echo "debian13-a: ${lane_a_began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 wait "$other_lane" "$others" "$checks"
 kill "$sampler" 2>/dev/null
-echo "== the prepared images $(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null);" \
-     "lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); lint and the unit tests from the" \
-     "start (their session weighed as nice 19 until both lanes were up, then as nice 0); the" \
-     "Debian 12 module, then the rented servers', the scale lab and the power drivers' modules" \
-     "$(cat "$logs/schedule-beside.txt" 2>/dev/null); after lint and the unit tests" \
+lint_said=""
+if [ "$what" = all ]; then
+    lint_said="; lint and the unit tests beside the lanes ($(grep '^lint-unit: ' \
+        "$logs/schedule-times.txt" 2>/dev/null | cut -d' ' -f2- | paste -sd, - | sed 's/,/, /g')), then"
+fi
+echo "== the prepared images $(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null | cut -d' ' -f2-);" \
+     "lane b $(cat "$logs/schedule-lane-b.txt" 2>/dev/null); the Debian 12 module, then the" \
+     "rented servers', the scale lab and the power drivers' modules" \
+     "$(cat "$logs/schedule-beside.txt" 2>/dev/null)${lint_said:-; then}" \
      "the backup controller's and the machines made anew modules," \
      "$(cat "$logs/schedule-ha.txt" 2>/dev/null); all done after ${SECONDS} s =="
 for run in debian13-b lint-unit power debian12 ha rented scale-lab; do
