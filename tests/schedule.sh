@@ -182,7 +182,7 @@ weigh_lint() {
     elif env -u POSIXLY_CORRECT renice -n "$3" -p "$1" $(descendants "$1") > /dev/null 2>&1; then
         echo "nice $3"
     else
-        echo "not weighed (renice failed: lowering a nice value takes root)"
+        echo "not weighed (renice failed: lint ended, or lowering a nice value needs root)"
     fi
 }
 
