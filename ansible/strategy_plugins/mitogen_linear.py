@@ -210,28 +210,58 @@ def run_here(task, host, task_vars, play_context, loader, final_q,  # type: igno
     return result
 
 
-class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
+class AnsweredHere:
+    """A strategy's tasks answered in ansible-playbook (``_answer_here``) instead of a
+    worker, their results put on the results queue when the strategy waits for the task's
+    results (or the next task comes): a host's facts then reach the others no sooner than a
+    worker's would."""
+
     def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        # Results answered in ansible-playbook, put on the results queue when the strategy
-        # waits for the task's results (or the next task comes): a host's facts then reach
-        # the others no sooner than a worker's would.
         self._answered_here: list[_WireTaskResult] = []
 
+    def _put_answered_here(self) -> None:
+        for answer in self._answered_here:
+            self._final_q.put(answer)  # type: ignore[attr-defined]
+        self._answered_here.clear()
+
+    def _wait_on_pending_results(self, iterator):  # type: ignore[no-untyped-def]
+        self._put_answered_here()
+        return super()._wait_on_pending_results(iterator)  # type: ignore[misc]
+
+    def _answer_here(self, host, task, task_vars, play_context,  # type: ignore[no-untyped-def]
+                     result: dict | None = None) -> None:
+        """``task`` on ``host`` answered with ``result``, or (None) run here by the
+        TaskExecutor a worker runs."""
+        if self._answered_here and self._answered_here[0].task_uuid != task._uuid:
+            self._put_answered_here()
+        # As StrategyBase._queue_task and a worker would: cached for the result's
+        # conversion, the start callback, then the result on the results queue.
+        self._queued_task_cache[(host.name, task._uuid)] = {  # type: ignore[attr-defined]
+            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
+        self._tqm.send_callback("v2_runner_on_start", host, task)  # type: ignore[attr-defined]
+        # The worker's own copy of the task: its parents copied too (TaskExecutor validates
+        # them), not their tasks (a copy of those would copy the play's).
+        done = task.copy(exclude_tasks=True)
+        if result is None:
+            result = self._run_here(done, host, task_vars, play_context)
+        done.squash()
+        self._answered_here.append(_WireTaskResult(
+            host_name=host.name, task_uuid=task._uuid, return_data=result,
+            task_fields=done.dump_attrs()))
+        self._pending_results += 1  # type: ignore[attr-defined]
+
+    def _run_here(self, task, host, task_vars, play_context) -> dict:  # type: ignore[no-untyped-def]
+        return run_here(task, host, task_vars, play_context, self._loader,  # type: ignore[attr-defined]
+                        self._final_q, self._variable_manager)  # type: ignore[attr-defined]
+
+
+class StrategyModule(AnsweredHere, ansible_mitogen.strategy.StrategyMixin, Base):  # type: ignore[misc,valid-type]
     def run(self, iterator, play_context, result=0):  # type: ignore[no-untyped-def]
         preload_jinja_plugins()
         preload_collection_dirs()
         jinja_code.enable()
         return super().run(iterator, play_context, result)
-
-    def _put_answered_here(self) -> None:
-        for answer in self._answered_here:
-            self._final_q.put(answer)
-        self._answered_here.clear()
-
-    def _wait_on_pending_results(self, iterator):  # type: ignore[no-untyped-def]
-        self._put_answered_here()
-        return super()._wait_on_pending_results(iterator)
 
     def _queue_task(self, host, task, task_vars, play_context):  # type: ignore[no-untyped-def]
         if self._answered_here and self._answered_here[0].task_uuid != task._uuid:
@@ -241,20 +271,5 @@ class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Base):  # type: ign
             if isinstance(task.throttle, int) else None
         if result is None and not (isinstance(task.throttle, int) and runs_here(task)):
             return super()._queue_task(host, task, task_vars, play_context)
-        # As StrategyBase._queue_task and a worker would: cached for the result's
-        # conversion, the start callback, then the result on the results queue.
-        self._queued_task_cache[(host.name, task._uuid)] = {
-            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
-        self._tqm.send_callback("v2_runner_on_start", host, task)
-        # The worker's own copy of the task: its parents copied too (TaskExecutor validates
-        # them), not their tasks (a copy of those would copy the play's).
-        done = task.copy(exclude_tasks=True)
-        if result is None:
-            result = run_here(done, host, task_vars, play_context, self._loader, self._final_q,
-                              self._variable_manager)
-        done.squash()
-        self._answered_here.append(_WireTaskResult(
-            host_name=host.name, task_uuid=task._uuid, return_data=result,
-            task_fields=done.dump_attrs()))
-        self._pending_results += 1
+        self._answer_here(host, task, task_vars, play_context, result)
         return None
