@@ -48,7 +48,7 @@ status: deps
 lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
 	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
-		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh tests/schedule.sh
+		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh tests/fixtures/train/*.sh tests/schedule.sh
 	$(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
