@@ -313,19 +313,25 @@ def test_a_node_that_keeps_failing_is_returned_after_its_attempts(
 
 
 class SlowStatusDriver(RecordingDriver):
-    """Counts how many status batches run at once."""
+    """Counts how many status batches run at once. Each batch waits (at most 10 s) until
+    ``expect`` batches have started, so a loaded machine that starts the pool's threads
+    late still sees them together, then holds its batch 0.2 s more, so a pool that allowed
+    more than ``expect`` would start one more meanwhile."""
 
-    def __init__(self, params):
+    def __init__(self, params, expect: int):
         super().__init__(params)
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+        self.expect = expect
         self.running = self.most = 0
 
     def status(self, nodes: Sequence[str]) -> dict[str, NodeResult]:
-        with self.lock:
+        with self.changed:
             self.running += 1
             self.most = max(self.most, self.running)
+            self.changed.notify_all()
+            self.changed.wait_for(lambda: self.most >= self.expect, timeout=10)
         time.sleep(0.2)
-        with self.lock:
+        with self.changed:
             self.running -= 1
         return {n: NodeResult(n, True, power=OFF) for n in nodes}
 
@@ -334,7 +340,7 @@ class SlowStatusDriver(RecordingDriver):
 def test_status_batches_are_read_several_at_a_time_and_power_actions_never(
         tmp_path: Path, fake: FakeSlurm, status_batches: int, most: int) -> None:
     names = [f"gpu-{i:03d}" for i in range(1, 9)]  # 4 batches of 2
-    driver = SlowStatusDriver({})
+    driver = SlowStatusDriver({}, most)
     ctx = context(tmp_path, fake, local_nodes(*names), driver, status_batches=status_batches)
     results = actions.call_driver(ctx, "status", names)
     assert sorted(results) == names and all(r.power == OFF for r in results.values())
