@@ -339,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         step += 1
         signum = run.train(step, stop["signal"])
         if signum:
+            # Stopping: a stop signal that comes again (Slurm delivering it twice, the
+            # time-limit warning after a requeue's SIGTERM) must not kill the rank on its
+            # way out, once Python has put the default action back at exit; Slurm's
+            # SIGKILL still ends a rank that hangs.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
             run.checkpoint(step, signal.Signals(signum).name)
             return run.stopped(step, signum)
         if step % args.checkpoint_every == 0 or step == args.steps:
