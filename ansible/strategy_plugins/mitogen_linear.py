@@ -192,13 +192,16 @@ def runs_here(task) -> bool:  # type: ignore[no-untyped-def]
 
 
 def run_here(task, host, task_vars, play_context, loader, final_q,  # type: ignore[no-untyped-def]
-             variable_manager) -> dict:
+             variable_manager, capture: bool = True) -> dict:
     """``task`` run on ``host`` by the TaskExecutor a worker runs, as the worker runs it:
     on a copy (TaskExecutor validates the task and its parents), in the task's context,
-    with what a plugin prints kept off ansible-playbook's output (the worker warns)."""
+    with what a plugin prints kept off ansible-playbook's output (the worker warns). Without
+    ``capture``, nothing is kept off: the capture is process-wide, and would also take what
+    the results thread prints meanwhile (a loop's items)."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    with _task.TaskContext(task), contextlib.redirect_stdout(stdout), \
-            contextlib.redirect_stderr(stderr):
+    with _task.TaskContext(task), \
+            contextlib.redirect_stdout(stdout) if capture else contextlib.nullcontext(), \
+            contextlib.redirect_stderr(stderr) if capture else contextlib.nullcontext():
         result = TaskExecutor(host, task, dict(task_vars), play_context, loader,
                               plugin_loader.get_plugin_loader_namespace(), final_q,
                               variable_manager).run()
@@ -264,12 +267,12 @@ class StrategyModule(AnsweredHere, ansible_mitogen.strategy.StrategyMixin, Base)
         return super().run(iterator, play_context, result)
 
     def _queue_task(self, host, task, task_vars, play_context):  # type: ignore[no-untyped-def]
-        if self._answered_here and self._answered_here[0].task_uuid != task._uuid:
-            self._put_answered_here()
         # A templated throttle is left to Ansible's own conversion (and its error).
         result = skipped_here(task, host, task_vars, play_context, self._loader) \
             if isinstance(task.throttle, int) else None
         if result is None and not (isinstance(task.throttle, int) and runs_here(task)):
+            if self._answered_here and self._answered_here[0].task_uuid != task._uuid:
+                self._put_answered_here()
             return super()._queue_task(host, task, task_vars, play_context)
         self._answer_here(host, task, task_vars, play_context, result)
         return None

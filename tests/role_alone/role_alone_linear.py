@@ -19,13 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible._internal._task import TaskContext
 from ansible.errors import AnsibleError
 from ansible.executor import task_executor
-from ansible.executor.task_executor import TaskExecutor
 from ansible.plugins.action import ActionBase
 from ansible.plugins.connection.local import Connection as LocalConnection
-from ansible.plugins.loader import get_plugin_loader_namespace
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy
 
 # Given by the test: what each module answers (JSON, by the module's short name, or
@@ -127,10 +124,7 @@ class StrategyModule(mitogen_linear.AnsweredHere, LinearStrategy):
         self._answer_here(host, task, task_vars, play_context)
 
     def _run_here(self, task, host, task_vars, play_context) -> dict:  # type: ignore[no-untyped-def]
-        """The TaskExecutor a worker runs, without the project's strategy's capture of what
-        a module prints (no module runs here): the results thread prints a loop's items
-        while the task runs, and a capture would take them off the output."""
-        with TaskContext(task):
-            return TaskExecutor(host, task, dict(task_vars), play_context, self._loader,
-                                get_plugin_loader_namespace(), self._final_q,
-                                self._variable_manager).run()
+        """Without the capture of what a plugin prints (no module runs here): the results
+        thread prints a loop's items while the task runs, and a capture would take them."""
+        return mitogen_linear.run_here(task, host, task_vars, play_context, self._loader,
+                                       self._final_q, self._variable_manager, capture=False)
