@@ -43,6 +43,7 @@ NEEDRESTART = "/etc/needrestart/conf.d/metalslurm.conf"
 DROP_IN = "/etc/systemd/system/nftables.service.d/metalslurm-firewall.conf"
 REPAIR_TIMER = "metalslurm-firewall-repair.timer"
 START_REPAIR_TASK = "Start the timer that puts back openings a ruleset loaded by hand took out"
+REREGISTER = "Have slurmd register again now that slurmctld reaches it"
 
 
 def reach(cluster, node: str, address: str, port: int) -> bool:
@@ -120,6 +121,9 @@ def test_a_run_opens_exactly_the_cluster_s_traffic(cluster):
     result = run_playbook(cluster.inventory, out=lambda _line: None)
     assert result.ok, result.failures
     assert sorted(h for h, task in result.changed_tasks if task == OPEN_TASK) == sorted(NODES)
+    # Where slurmd runs, it registers again at once (slurmctld could not reach it).
+    assert sorted(h for h, task in result.changed_tasks if task == REREGISTER) == [
+        "gpu-001", "gpu-002"]
     assert ("login-001: cloud-init's hostname and /etc/hosts management turned off for "
             f"good ({CLOUD_CFG}: preserve_hostname, manage_etc_hosts; where the provider's "
             "user-data turns manage_etc_hosts back on, its hosts template has the cluster's "
@@ -173,9 +177,11 @@ def test_a_ruleset_reloaded_by_hand_fails_verify_and_the_next_run_repairs_it(clu
     result = run_playbook(cluster.inventory, limit="gpu-002", tags="configure,service",
                           out=lambda _line: None)
     assert result.ok, result.failures
-    # The guard, where there was one, is put back too (roles/nvidia_gpu).
+    # The guard, where there was one, is put back too (roles/nvidia_gpu); slurmd, which
+    # slurmctld could not reach, registers again at once (the handler) instead of at the
+    # controller's next ping.
     assert sorted(result.changed_tasks) == sorted(
-        [("gpu-002", START_REPAIR_TASK), ("gpu-002", OPEN_TASK)]
+        [("gpu-002", START_REPAIR_TASK), ("gpu-002", OPEN_TASK), ("gpu-002", REREGISTER)]
         + ([("gpu-002", "Apply a changed or missing guard now")] if had_guard else []))
     assert cluster.on("gpu-002", f"systemctl is-active {REPAIR_TIMER}").stdout.strip() == "active"
     assert reach(cluster, "ctl", "10.78.13.12", 6818)
