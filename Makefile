@@ -16,6 +16,9 @@ APT_NO_RECOMMENDS := prometheus prometheus-alertmanager chromium fonts-dejavu-co
 # compiled once, on first use (docs/reference/testing.md).
 unexport PYTHONDONTWRITEBYTECODE
 
+# mypy's cache outside the clone (docs/reference/testing.md): a fresh clone checks in 0.5 s, not 36.
+MYPY_CACHE ?= $(HOME)/.cache/metalslurm/mypy
+
 .PHONY: deps host-deps up down status test lint unit e2e bench clean
 
 deps: host-deps $(VENV)/.installed
@@ -29,11 +32,19 @@ host-deps:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_NO_RECOMMENDS); \
 	fi
 
+# uv installs the same pinned set (constraints.txt pins every package, uv too) in a few seconds
+# from its cache, where pip takes about 30 s of a fresh clone's start, before anything else can
+# run; without uv (no index to fetch it from) or where it fails, pip installs as before.
+VENV_PACKAGES := -e '.[dev]' -e ansible/collections -e roles/slurm_elastic/files/metalslurm-power
+
 $(VENV)/.installed: pyproject.toml constraints.txt ansible/collections/pyproject.toml \
 		roles/slurm_elastic/files/metalslurm-power/pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -c constraints.txt -e '.[dev]' -e ansible/collections \
-		-e roles/slurm_elastic/files/metalslurm-power
+	@if $(BIN)/pip install -q -c constraints.txt uv 2>/dev/null \
+		&& UV_HTTP_TIMEOUT=30 $(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt \
+			$(VENV_PACKAGES); then echo "installed with uv"; \
+	else echo "installing with pip (uv not to be had, or it failed)"; \
+		$(BIN)/pip install -q --no-compile -c constraints.txt $(VENV_PACKAGES); fi
 	touch $@
 
 up: deps
@@ -49,7 +60,7 @@ lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
 	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
 		tests/fixtures/gpu/*.sh tests/fixtures/accept/*.sh tests/fixtures/train/*.sh tests/schedule.sh
-	$(BIN)/mypy
+	MYPY_CACHE_DIR=$(MYPY_CACHE) $(BIN)/mypy
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 	$(BIN)/pytest -q -p no:cacheprovider tests/lint  # roles stand on their own (tests/lint/test_roles.py)
