@@ -56,8 +56,6 @@ down: deps
 status: deps
 	$(BIN)/metalslurm local status --stack $(STACK)
 
-# LINT_DONE: a file written once lint has passed (tests/schedule.sh starts the backup
-# controller's cluster then, the unit tests still running).
 lint: deps
 	$(BIN)/ruff check infra tests bench roles ansible examples __main__.py
 	$(BIN)/shellcheck -x -P SCRIPTDIR examples/*.sbatch examples/*.sh examples/lib/*.sh \
@@ -66,7 +64,6 @@ lint: deps
 	$(BIN)/yamllint --strict .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 	$(BIN)/pytest -q -p no:cacheprovider tests/lint  # roles stand on their own (tests/lint/test_roles.py)
-	@$(if $(LINT_DONE),touch $(LINT_DONE))
 
 # Unit tests: the operator side (tests/unit, tests/pulumi), each role's own (roles/*/tests/unit)
 # and the collection's (its tests/unit). No container, no network: podman is a stand-in that

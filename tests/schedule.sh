@@ -21,8 +21,8 @@
 #   SSH out), the scale lab (its own container), the power drivers' module (its own tiny
 #   containers and BMC stand-ins: nearly all its time waits on the machines it powers, so
 #   it goes where the cores have room, at the end of the path that ends first);
-# - after lint (lint and the unit tests wait on no clock the others hold, so they take the
-#   cores whenever the clusters' runs wait; the unit tests go on beside it), the backup
+# - after lint and the unit tests (nothing in them waits on a clock the others hold, so
+#   they take the cores whenever the clusters' runs wait), the backup
 #   controller's module and the module of machines made anew in one run (one small cluster
 #   for both, from lane a's prepared images, brought up once: tests/e2e/conftest.py
 #   ha_cluster; most of their time waits on SlurmctldTimeout, SuspendTime and reboots, so
@@ -193,17 +193,15 @@ weigh_lint() {
 # (at nice 19 inside the run's own session it took half the cores from the node
 # containers, whose cgroup weighs as one session, and the bring-ups took 260 s instead of
 # 175). Once both lanes are up, weighed as one more session (nice 10 per process where the
-# kernel has no autogroups). The backup controller's cluster is brought up once lint has
-# ended (two bring-ups beside lint on two cores once left a node's sshd silent for
-# minutes), the unit tests beside it: after the unit tests too, it started about 680 s into
-# the run, and the cores idled a fifth of the four minutes after they ended while it came up.
+# kernel has no autogroups), so that they end in time for the backup controller's cluster,
+# brought up once they have ended (two bring-ups beside lint on two cores once left a
+# node's sshd silent for minutes).
 lint_unit_then_ha() {
     local began=$SECONDS
     if [ "$what" = all ]; then
-        rm -f "$logs/lint-done"
-        setsid --wait make --no-print-directory -j2 --output-sync=target \
-            LINT_DONE="$logs/lint-done" lint unit > "$logs/schedule-lint-unit.log" 2>&1 &
-        local lint=$! weight ha_run
+        setsid --wait make --no-print-directory -j2 --output-sync=target lint unit \
+            > "$logs/schedule-lint-unit.log" 2>&1 &
+        local lint=$! weight
         # A run stopped with SIGTERM stops lint's session too (its own process group).
         trap 'kill -- -"$lint" 2>/dev/null; exit 143' TERM
         weight=$(weigh_lint "$lint" 19 19)
@@ -211,22 +209,12 @@ lint_unit_then_ha() {
         wait_for_both_lanes
         weight=$(weigh_lint "$lint" 0 10)
         echo "lint-unit: $weight from ${SECONDS} s" >> "$logs/schedule-times.txt"
-        # The backup controller's cluster once lint has ended (make's lint target writes
-        # the marker last; make's end where lint failed): the unit tests go on beside it.
-        wait_for_bring_up "$logs/lint-done" "$lint"
-        ha_modules &
-        ha_run=$!
         wait "$lint"
         echo $? > "$logs/schedule-lint-unit.rc"
         trap - TERM
         echo "lint-unit: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
-        wait "$ha_run"
-    else
-        wait_for_both_lanes
-        ha_modules
     fi
-}
-ha_modules() {
+    wait_for_both_lanes
     echo "started ${SECONDS} s into the run" > "$logs/schedule-ha.txt"
     run_modules ha 10 "${ha[@]}"
 }

@@ -3,9 +3,7 @@
 make (a process that waits for the test) and stand-ins for the lanes' bring-ups and the
 backup controller's modules. Lint's make leads a session of its own, weighed as nice 19
 until both lanes are up, then as nice 0; the run's own group is never touched; a lint that
-ended first is not weighed (its pid may be a lane's by then); its exit status is kept; the
-backup controller's modules start once lint has passed (make's marker), the unit tests
-still running, or once make has ended."""
+ended first is not weighed (its pid may be a lane's by then); its exit status is kept."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ import pytest
 from tests.paths import REPO
 
 SCHEDULE = REPO / "tests" / "schedule.sh"
-FUNCTIONS = ("descendants", "leads_session", "own_autogroup", "weigh_lint", "wait_for_bring_up",
-             "ha_modules", "lint_unit_then_ha")
+FUNCTIONS = ("descendants", "leads_session", "own_autogroup", "weigh_lint", "lint_unit_then_ha")
 AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
@@ -52,7 +49,6 @@ def run(tmp_path):
     (tmp_path / "bin").mkdir()
     make = tmp_path / "bin" / "make"
     make.write_text(f"#!/bin/bash\necho $$ > {tmp_path}/make.pid\n"
-                    f"echo \"$*\" > {tmp_path}/make.args\n"
                     f"while [ ! -e {tmp_path}/make-ends ]; do sleep 0.05; done\nexit 3\n")
     make.chmod(0o755)
     logs = tmp_path / "logs"
@@ -111,22 +107,3 @@ def test_a_lint_that_ended_before_the_lanes_were_up_is_not_weighed_again(run):
     assert re.fullmatch(r"lint-unit: not weighed \(ended\) from \d+ s", said[1]), said
     assert (logs / "schedule-lint-unit.rc").read_text() == "3\n"
     assert (logs / "ha-ran").exists()
-
-
-def test_the_backup_controller_s_modules_start_once_lint_has_passed_beside_the_unit_tests(run):
-    tmp_path, logs, proc = run
-    args = wait_until("the stand-in make", lambda: (tmp_path / "make.args").exists()
-                      and (tmp_path / "make.args").read_text().split())
-    marker = next(a.split("=", 1)[1] for a in args if a.startswith("LINT_DONE="))
-    assert args[-2:] == ["lint", "unit"]
-    (tmp_path / "lanes-up").touch()
-    wait_until("lint's second weighing", lambda: len(times(logs)) == 2)
-    time.sleep(0.5)
-    assert not (logs / "ha-ran").exists()  # lint still running
-    Path(marker).touch()  # make's lint target passed
-    assert wait_until("the backup controller's modules", lambda: (logs / "ha-ran").exists())
-    assert proc.poll() is None and not (logs / "schedule-lint-unit.rc").exists()
-    (tmp_path / "make-ends").touch()
-    assert proc.wait(timeout=60) == 0, proc.stdout.read()
-    assert (logs / "schedule-lint-unit.rc").read_text() == "3\n"
-    assert re.fullmatch(r"lint-unit: \d+-\d+ s", times(logs)[-1]), times(logs)
