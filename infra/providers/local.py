@@ -853,7 +853,7 @@ def destroy_cluster(cluster_name: str, state: StateDir) -> int:
     (the Pulumi stack's delete step runs it with the name alone)."""
     names = [c["Names"][0] for c in containers([f"{LABEL}={cluster_name}"])]
     if names:
-        remove_containers(names)
+        remove_containers(names, stop_seconds=0)  # nothing of them is kept
     stop_podman_service(state)
     release(cluster_name)
     network = network_name(cluster_name)

@@ -55,8 +55,12 @@ def containers(label_filters: Sequence[str]) -> list[dict[str, Any]]:
     return result
 
 
-def remove_containers(names: Sequence[str], attempts: int = 3) -> None:
+def remove_containers(names: Sequence[str], attempts: int = 3, stop_seconds: int = 2) -> None:
     """Remove containers (stopping them first), whatever state they are in.
+
+    Each gets ``stop_seconds`` to stop (a node's systemd shuts its services down) before
+    SIGKILL; 0 where nothing in it outlives the removal (a whole cluster destroyed with its
+    state directory: the shutdown costs a node about 1.4 CPU-seconds for nothing).
 
     ``podman rm -f`` can lose a race with a container that stops by itself between its
     SIGTERM timeout and its SIGKILL ("container state improper: stopped") and leave that
@@ -68,7 +72,8 @@ def remove_containers(names: Sequence[str], attempts: int = 3) -> None:
     for _ in range(attempts):
         if not left:
             return
-        proc = podman("rm", "-f", "-t", "2", "--ignore", *left, check=False, timeout=180)
+        proc = podman("rm", "-f", "-t", str(stop_seconds), "--ignore", *left, check=False,
+                      timeout=180)
         error = proc.stderr.strip()
         left = [n for n in left
                 if podman("container", "exists", n, check=False).returncode == 0]

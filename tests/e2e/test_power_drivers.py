@@ -291,7 +291,7 @@ def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
     """infra/providers/node_container.py: the create body the proxy sends and the arguments
     'local up' gives podman make the same container, at its own address."""
     names = ["ms-bmc-test-cli", "ms-bmc-test-api"]
-    podman_machines.podman("rm", "-f", *names, check=False)
+    podman_machines.podman("rm", "-f", "-t", "0", *names, check=False)
     try:
         podman_machines.podman(*_node(names[0], node_network, tmp_path, "10.79.251.5",
                                       compute).run_args("create"))
@@ -310,7 +310,7 @@ def test_a_node_created_through_the_api_is_the_one_podman_run_makes(
                 for name in names] == [
                 "10.79.251.5 02:6d:0a:4f:fb:05", "10.79.251.6 02:6d:0a:4f:fb:06"]
     finally:
-        podman_machines.podman("rm", "-f", *names, check=False)
+        podman_machines.podman("rm", "-f", "-t", "0", *names, check=False)
 
 
 def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
@@ -318,7 +318,7 @@ def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
     """The driver names a node; the proxy (infra/providers/podman_proxy.py) creates it from
     the host's spec, and removes it on power off: no container is left while it is off."""
     name = "ms-bmc-test-launched"
-    podman_machines.podman("rm", "-f", name, check=False)
+    podman_machines.podman("rm", "-f", "-t", "0", name, check=False)
     allow, listen = tmp_path / "allow", tmp_path / "proxy.sock"
     node = _node(name, node_network, tmp_path, "10.79.251.9")
     allow.write_text(allow_file_text({name: Allowed(LAUNCH_TERMINATE, node.create_body())}))
@@ -340,7 +340,7 @@ def test_local_launch_terminate_through_the_proxy_makes_and_removes_the_machine(
     finally:
         server.shutdown()
         server.server_close()
-        podman_machines.podman("rm", "-f", name, check=False)
+        podman_machines.podman("rm", "-f", "-t", "0", name, check=False)
 
 
 def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune() -> None:
@@ -357,14 +357,14 @@ def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune
     line = "000000000001"
     cluster = "ms-hold-test"
     release(cluster)
-    podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
+    podman_machines.podman("rm", "-f", "-t", "0", "ms-hold-test-user", check=False)
     podman_machines.podman("create", "--name", "ms-hold-test-user", base)
     for ref, its_line in ((older, line), (newer, line), (unlabelled, None),
                           (other_line, "000000000002")):  # each its own image
         labels = ["--change", f"LABEL {LINE_LABEL}={its_line}"] if its_line else []
         podman_machines.podman("commit", "--quiet", "--change", f"LABEL metalslurm.test={ref}",
                                *labels, "ms-hold-test-user", ref)
-    podman_machines.podman("rm", "-f", "ms-hold-test-user")
+    podman_machines.podman("rm", "-f", "-t", "0", "ms-hold-test-user")
     try:
         held = hold(cluster, [older])
         assert held == {older: f"{HELD_REPO}:{cluster}_metalslurm-prepared_testos-compute-"
@@ -392,7 +392,7 @@ def test_the_image_of_a_powered_down_launched_node_outlives_another_builds_prune
         assert prune_older(f"{PREPARED_REPO}:testos-compute-fffffffffff1",
                            "000000000002") == [other_line]
     finally:
-        podman_machines.podman("rm", "-f", "ms-hold-test-user", check=False)
+        podman_machines.podman("rm", "-f", "-t", "0", "ms-hold-test-user", check=False)
         release(cluster)
         for ref in (older, newer, unlabelled, other_line):
             podman_machines.podman("rmi", ref, check=False)
