@@ -8,10 +8,9 @@
 # where they do not); then both lanes bring their clusters up at the same time (a configure
 # of a few nodes each from those images; lane b's after lane a's kept the two cores about
 # 70 % busy for the run's first three minutes, and both at once end about 20 s sooner:
-# docs/lab/benchmarks.md). Beside them from the first second (the images' build too, which
-# keeps one core busy where it has work to do), lint and the unit tests ('all' only), in a
-# session of their own weighed as the lowest priority (its autogroup as nice 19), which
-# takes only what the build and the two bring-ups leave idle. Should the images' build fail,
+# docs/lab/benchmarks.md). Beside them from the start, lint and the unit tests ('all'
+# only), in a session of their own weighed as the lowest priority (its autogroup as nice
+# 19), which takes only what the two bring-ups leave idle. Should the images' build fail,
 # lane b waits for lane a's bring-up (tests/e2e/conftest.py writes a marker when it ends,
 # whether it went up or not), which builds them or fails saying why. Once both bring-ups
 # have ended (lane b's marker too), lint's session is weighed as nice 0, and the other paths
@@ -106,18 +105,35 @@ run_modules() {
     echo "$name: ${began}-${SECONDS} s" >> "$logs/schedule-times.txt"
 }
 
-# Waits until both lanes' bring-ups have ended: their pids from $lanes (written once both
-# lanes have started; lint's path starts before them, while the images are built).
-lanes=$logs/schedule-lanes.txt
+# The Debian 13 stack's prepared images, which both lanes' clusters are made from (nothing
+# to do where they exist): built here, before either lane starts, so that the two lanes
+# bring their clusters up at the same time. Where this fails, lane b waits for lane a's
+# bring-up instead, which builds them (or fails, saying why).
+images_began=$SECONDS
+images=failed
+if stack=$("$BIN"/python -c 'from tests.e2e.cluster import DEBIAN13_STACK, e2e_stack
+print(e2e_stack(DEBIAN13_STACK))' 2> "$logs/schedule-images.log") \
+        && "$BIN"/metalslurm image build --stack "$stack" >> "$logs/schedule-images.log" 2>&1; then
+    images=ready
+fi
+echo "images: ${images_began}-${SECONDS} s ($images)" >> "$logs/schedule-times.txt"
+
+lane_a_began=$SECONDS
+METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e "${not_lane_a[@]}" --durations=20 &
+debian13=$!
+
+lane_b() {
+    [ "$images" = ready ] || wait_for_bring_up "$marker" "$debian13"
+    echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
+    METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
+}
+lane_b &
+other_lane=$!
+
+# Waits until both lanes' bring-ups have ended.
 wait_for_both_lanes() {
-    local a b
-    until [ -s "$lanes" ]; do
-        kill -0 $$ 2>/dev/null || exit 1  # the run ended before its lanes started
-        sleep 1
-    done
-    read -r a b < "$lanes"
-    wait_for_bring_up "$marker" "$a"
-    wait_for_bring_up "$logs/e2e-debian13-b-up" "$b"
+    wait_for_bring_up "$marker" "$debian13"
+    wait_for_bring_up "$logs/e2e-debian13-b-up" "$other_lane"
 }
 
 # Every process below pid $1 (children's children too), from /proc.
@@ -172,8 +188,7 @@ weigh_lint() {
 }
 
 # Lint and the unit tests from the start, in a session of their own (setsid), weighed as
-# the lowest priority while the images are built (where they are: about 4 minutes that kept
-# one core of two idle) and the lanes bring their clusters up: two bring-ups at once left
+# the lowest priority while the lanes bring their clusters up: two bring-ups at once left
 # the cores about a third idle for three minutes (waiting on slurmd's registrations, the
 # elastic nodes' power-down, Prometheus' first scrape), and lint takes only what they leave
 # (at nice 19 inside the run's own session it took half the cores from the node
@@ -204,35 +219,8 @@ lint_unit_then_ha() {
     echo "started ${SECONDS} s into the run" > "$logs/schedule-ha.txt"
     run_modules ha 10 "${ha[@]}"
 }
-# From the first second, beside the images' build (one core's work where they are built).
 lint_unit_then_ha &
 checks=$!
-
-# The Debian 13 stack's prepared images, which both lanes' clusters are made from (nothing
-# to do where they exist): built here, before either lane starts, so that the two lanes
-# bring their clusters up at the same time. Where this fails, lane b waits for lane a's
-# bring-up instead, which builds them (or fails, saying why).
-images_began=$SECONDS
-images=failed
-if stack=$("$BIN"/python -c 'from tests.e2e.cluster import DEBIAN13_STACK, e2e_stack
-print(e2e_stack(DEBIAN13_STACK))' 2> "$logs/schedule-images.log") \
-        && "$BIN"/metalslurm image build --stack "$stack" >> "$logs/schedule-images.log" 2>&1; then
-    images=ready
-fi
-echo "images: ${images_began}-${SECONDS} s ($images)" >> "$logs/schedule-times.txt"
-
-lane_a_began=$SECONDS
-METALSLURM_E2E_LANE=a "$BIN"/pytest tests/e2e "${not_lane_a[@]}" --durations=20 &
-debian13=$!
-
-lane_b() {
-    [ "$images" = ready ] || wait_for_bring_up "$marker" "$debian13"
-    echo "started ${SECONDS} s into the run" > "$logs/schedule-lane-b.txt"
-    METALSLURM_E2E_LANE=b run_modules debian13-b 20 "${LANE_B[@]}"
-}
-lane_b &
-other_lane=$!
-echo "$debian13 $other_lane" > "$lanes"
 
 # The modules with machines of their own, one after the other, from the same moment:
 # Debian 12's cluster, the look-alike rented servers, the scale lab, the power drivers'.
@@ -254,7 +242,7 @@ wait "$other_lane" "$others" "$checks"
 kill "$sampler" 2>/dev/null
 lint_said=""
 if [ "$what" = all ]; then
-    lint_said="; lint and the unit tests beside the images' build and the lanes ($(grep '^lint-unit: ' \
+    lint_said="; lint and the unit tests beside the lanes ($(grep '^lint-unit: ' \
         "$logs/schedule-times.txt" 2>/dev/null | cut -d' ' -f2- | paste -sd, - | sed 's/,/, /g')), then"
 fi
 echo "== the prepared images $(grep '^images:' "$logs/schedule-times.txt" 2>/dev/null | cut -d' ' -f2-);" \

@@ -3,9 +3,7 @@
 make (a process that waits for the test) and stand-ins for the lanes' bring-ups and the
 backup controller's modules. Lint's make leads a session of its own, weighed as nice 19
 until both lanes are up, then as nice 0; the run's own group is never touched; a lint that
-ended first is not weighed (its pid may be a lane's by then); its exit status is kept.
-Lint's path starts before the lanes do (beside the images' build): it waits for their pids,
-then for both bring-ups."""
+ended first is not weighed (its pid may be a lane's by then); its exit status is kept."""
 
 from __future__ import annotations
 
@@ -24,10 +22,10 @@ FUNCTIONS = ("descendants", "leads_session", "own_autogroup", "weigh_lint", "lin
 AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
-def functions(names: tuple[str, ...] = FUNCTIONS) -> str:
+def functions() -> str:
     text = SCHEDULE.read_text()
-    found = [re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.M | re.S) for name in names]
-    assert all(found), [n for n, f in zip(names, found, strict=True) if not f]
+    found = [re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.M | re.S) for name in FUNCTIONS]
+    assert all(found), [n for n, f in zip(FUNCTIONS, found, strict=True) if not f]
     return "".join(f.group(0) for f in found if f)
 
 
@@ -109,35 +107,3 @@ def test_a_lint_that_ended_before_the_lanes_were_up_is_not_weighed_again(run):
     assert re.fullmatch(r"lint-unit: not weighed \(ended\) from \d+ s", said[1]), said
     assert (logs / "schedule-lint-unit.rc").read_text() == "3\n"
     assert (logs / "ha-ran").exists()
-
-
-def test_lint_s_path_waits_for_the_lanes_pids_then_for_both_bring_ups(tmp_path):
-    """wait_for_both_lanes, started before the lanes (while the images are built): nothing
-    until the run writes the lanes' pids, then lane a's marker or its end, and lane b's."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    lane_a, lane_b = (subprocess.Popen(["sleep", "120"]) for _ in range(2))
-    script = (f"{functions(('wait_for_bring_up', 'wait_for_both_lanes'))}\n"
-              "sleep() { command sleep 0.05; }\n"
-              f"logs={logs}; marker={logs}/e2e-debian13-a-up; lanes={logs}/schedule-lanes.txt\n"
-              "wait_for_both_lanes; echo both lanes up\n")
-    proc = subprocess.Popen(["bash", "-c", script], text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    try:
-        time.sleep(1)
-        assert proc.poll() is None, proc.stdout.read()  # no pids yet: the lanes have not started
-        (logs / "schedule-lanes.txt").write_text(f"{lane_a.pid} {lane_b.pid}\n")
-        time.sleep(1)
-        assert proc.poll() is None  # both lanes running, neither bring-up ended
-        (logs / "e2e-debian13-a-up").touch()
-        time.sleep(1)
-        assert proc.poll() is None  # lane b still bringing its cluster up
-        lane_b.kill()  # lane b's run ended without its marker (its bring-up failed)
-        lane_b.wait()
-        assert proc.wait(timeout=30) == 0
-        assert proc.stdout.read() == "both lanes up\n"
-    finally:
-        proc.kill()
-        for lane in (lane_a, lane_b):
-            lane.kill()
-            lane.wait()
