@@ -34,8 +34,7 @@
 # names lane a's addresses stays in lane a. The four paths (lane a; lane b; the machines of
 # their own; lint and the backup controller's cluster) end within a few minutes of each
 # other when each module takes what it took in the last rehearsals (docs/reference/testing.md):
-# a module moved between them moves that (the tenants' module, 46-69 s, went from lane b to
-# lane a on 2026-12-06: lane b had ended 80-146 s after lane a in four rehearsals).
+# a module moved between them moves that.
 # Lane a prints as it goes; the others' logs follow it, then the machine's busy CPU-seconds
 # over the whole run (.metalslurm/schedule-cpu.txt: /proc/stat every 10 s), which says how
 # much of the two cores the arrangement left idle.
@@ -53,7 +52,7 @@ marker=$logs/e2e-debian13-a-up
 debian12=tests/e2e/test_local_cluster_debian12.py
 LANE_B=(tests/e2e/test_health.py tests/e2e/test_training.py tests/e2e/test_elastic.py
         tests/e2e/test_gpu_driver.py tests/e2e/test_maintain.py tests/e2e/test_backup_restore.py
-        tests/e2e/test_slurm_upgrade.py)
+        tests/e2e/test_slurm_upgrade.py tests/e2e/test_tenants.py)
 # The two modules of the small cluster with a backup controller, the backup's first.
 ha=(tests/e2e/test_failover.py tests/e2e/test_launched_nodes.py)
 rented=tests/e2e/test_rented_servers.py
