@@ -26,6 +26,11 @@ from tests.e2e.cluster import JOB_TIMEOUT, metalslurm, wait_for
 
 NODES = ("gpu-001", "gpu-002")
 
+# A job that outlives the nodes updated before its own: it waits for its node's drain (at
+# most DRAIN_WAIT s), then runs LINGER s more, several of maintain's polls (POLL_SECONDS).
+DRAIN_WAIT = 240
+LINGER = 10
+
 
 @pytest.fixture(scope="module")
 def cluster(debian13):
@@ -58,7 +63,20 @@ def container_started(cluster, node: str) -> str:
 
 def running_job(cluster, seconds: int) -> str:
     """alice's job of ``seconds`` on gpu-001, once it runs."""
-    job = cluster.submit("alice", f"--nodelist=gpu-001 --time=5 --wrap='sleep {seconds}'")
+    return job_running(cluster, f"sleep {seconds}")
+
+
+def job_until_drained(cluster) -> str:
+    """alice's job on gpu-001, once it runs, that ends LINGER seconds after it sees its node
+    drained (the run's turn for gpu-001 came while it ran), however long the nodes before
+    it took; it fails (exit 3) if that never happens within DRAIN_WAIT seconds."""
+    return job_running(cluster, "i=0; until scontrol show node gpu-001 | grep -q "
+                                f'"State=[^ ]*DRAIN"; do i=$((i+1)); [ $i -lt {DRAIN_WAIT} ] '
+                                f"|| exit 3; sleep 1; done; sleep {LINGER}")
+
+
+def job_running(cluster, script: str) -> str:
+    job = cluster.submit("alice", f"--nodelist=gpu-001 --time=5 --wrap='{script}'")
     wait_for(f"job {job} to run", lambda: cluster.job_field(job, "%T") == "RUNNING",
              timeout=JOB_TIMEOUT)
     return job
@@ -81,7 +99,7 @@ def test_a_rolling_reboot_waits_for_the_job_and_kills_nothing(cluster):
         "RebootProgram", "=", "/usr/sbin/reboot"]
     before = {n: (boot_time(cluster, n), container_started(cluster, n)) for n in NODES}
     since = cluster.ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
-    job = running_job(cluster, 45)
+    job = job_until_drained(cluster)
 
     code, lines = maintain(cluster, "gpu-[001-002]", "--batch", "1")
     assert code == 0, lines
@@ -210,7 +228,7 @@ def test_a_rolling_update_installs_held_munge_after_the_job_and_kills_nothing(cl
         standin = slurm_standin.publish(cluster, NODES, "munge")
         before = {n: container_started(cluster, n) for n in NODES}
         since = cluster.ctl("date +%Y-%m-%dT%H:%M:%S").stdout.strip()
-        job = running_job(cluster, 30)
+        job = job_until_drained(cluster)
 
         code, lines = maintain(cluster, "gpu-[001-002]", "--batch", "1", what="--update")
         assert code == 0, lines
