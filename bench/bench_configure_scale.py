@@ -4,7 +4,8 @@ to 1,000 nodes.
 
 For each N of ``--nodes`` it writes a stack file (bench/stacks/Pulumi.cold-2node.yaml with
 one pool of N static nodes, no elastic or login node, no shared storage, its own
-``clusterName`` ms-cfg-N and network 10.78.(100+N).0/24), creates the nodes with
+``clusterName`` ms-cfg-N and network 10.78.(100+N).0/24; the nodes from the prepared images,
+local up's default, or with ``--bare`` from the bare node image), creates the nodes with
 ``metalslurm local up --stack FILE --no-configure`` and times two runs of the plain
 playbook on the stack's inventory (``ansible-playbook -i INVENTORY site.yml`` with
 ansible/ansible.cfg, what 'metalslurm configure' runs), with Ansible's ``profile_roles`` and
@@ -37,6 +38,8 @@ serially); and the roles and tasks whose seconds grow most with N.
 
     .venv/bin/python -m bench.bench_configure_scale --nodes 2,8,16,32 \\
         --plot docs/lab/img/configure-scale.png
+    .venv/bin/python -m bench.bench_configure_scale --nodes 2,8 --bare \\
+        --out ~/.cache/metalslurm/cfgscale-bare       # the same from the bare node image
     .venv/bin/python -m bench.bench_configure_scale --replot \\
         --plot docs/lab/img/configure-scale.png   # the summary and plot of saved results
 
@@ -102,10 +105,13 @@ def private_cidr(n: int) -> str:
     return f"10.78.{100 + n}.0/24"
 
 
-def stack_config(base: Mapping[str, Any], base_dir: Path, n: int) -> dict[str, Any]:
+def stack_config(base: Mapping[str, Any], base_dir: Path, n: int,
+                 bare: bool = False) -> dict[str, Any]:
     """The stack document for N static 8 x H100 compute nodes, from ``base`` (a stack
     document read from ``base_dir``): its users and container artifacts kept (the pins have
-    one owner, the base file), the mirror made absolute (the new file lives elsewhere)."""
+    one owner, the base file), the mirror made absolute (the new file lives elsewhere). The
+    nodes start from the prepared images (local up's default), or with ``bare`` from the
+    bare node image."""
     config = dict(base["config"])
     for key in ("metalslurm:login", "metalslurm:topology", "metalslurm:elastic"):
         config.pop(key, None)  # no login node; a topology names the base's nodes
@@ -123,15 +129,26 @@ def stack_config(base: Mapping[str, Any], base_dir: Path, n: int) -> dict[str, A
     if isinstance(mirror, str) and mirror and not mirror.startswith(("/", "http")):
         containers["mirror"] = str((base_dir / mirror).resolve())
         config["metalslurm:containers"] = containers
+    local = dict(config.get("metalslurm:local") or {})
+    local.pop("preparedImages", None)
+    if bare:
+        local["preparedImages"] = False
+    if local:
+        config["metalslurm:local"] = local
+    else:
+        config.pop("metalslurm:local", None)
     return {"config": config}
 
 
-def write_stack(directory: Path, n: int, base_file: Path = BASE_STACK) -> Path:
-    doc = stack_config(yaml.safe_load(base_file.read_text()), base_file.parent, n)
+def write_stack(directory: Path, n: int, base_file: Path = BASE_STACK,
+                bare: bool = False) -> Path:
+    doc = stack_config(yaml.safe_load(base_file.read_text()), base_file.parent, n, bare)
     path = directory / f"Pulumi.{cluster_name(n)}.yaml"
     directory.mkdir(parents=True, exist_ok=True)
+    image = "the bare node image" if bare else "the prepared images"
     path.write_text(f"# Written by bench/bench_configure_scale.py from {base_file.name}: "
-                    f"{n} static compute node(s).\n" + yaml.safe_dump(doc, sort_keys=False))
+                    f"{n} static compute node(s), from {image}.\n"
+                    + yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
@@ -505,11 +522,11 @@ class BenchError(RuntimeError):
 
 
 def measure_size(row: dict[str, Any], out: Path, keep: bool,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], bare: bool = False) -> None:
     """Bring up ``row['nodes']`` nodes, configure them twice, read their memory, and fill
     ``row`` in as it goes (a failure leaves what was measured before it)."""
     n = row["nodes"]
-    stack = write_stack(out / "stacks", n)
+    stack = write_stack(out / "stacks", n, bare=bare)
     name = cluster_name(n)
     inventory = REPO / ".metalslurm" / name / "inventory.yml"
     row.update({"cluster": name, "stack": str(stack), "other_containers": other_workload(),
@@ -613,7 +630,8 @@ def report_table(results: Mapping[str, Any], sizes: Sequence[Mapping[str, Any]],
     base = sizes[0]
     say(f"\nconfigure cost as nodes grow ({settings['strategy']}, forks {forks}, pipelining "
         f"{'on' if settings['pipelining'] else 'off'}; {results['host']['cores']} cores, "
-        f"{results['host']['mem_gib']:.0f} GiB; ratios to N={base['nodes']} of this run)")
+        f"{results['host']['mem_gib']:.0f} GiB; nodes from the "
+        f"{results.get('images', 'bare')} image(s); ratios to N={base['nodes']} of this run)")
     say(f"{'N':>4} {'cold s':>7} {'ratio':>6} {'conv s':>7} {'ratio':>6} {'changed':>7} "
         f"{'ansible CPU s':>13} {'node CPU s':>10} {'other CPU s':>11} {'MiB/node':>13} "
         f"{'MiB ctl':>11} {'host GiB':>8}")
@@ -798,6 +816,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
                         help="the most host memory a size may be predicted to use (GiB)")
     parser.add_argument("--reserve-gib", type=float, default=2.0,
                         help="the least host memory a size must be predicted to leave (GiB)")
+    parser.add_argument("--bare", action="store_true",
+                        help="start the nodes from the bare node image, not the prepared "
+                             "images (local up's default); give it its own --out")
     parser.add_argument("--replot", action="store_true",
                         help="only print the summary and plot of OUT/results.json")
     return parser, parser.parse_args(argv)
@@ -851,7 +872,7 @@ def run_sizes(results: dict[str, Any], sizes: Sequence[int], args: argparse.Name
         row: dict[str, Any] = {"nodes": n}
         results["sizes"].append(row)
         try:
-            measure_size(row, args.out, args.keep, lambda m: print(m, flush=True))
+            measure_size(row, args.out, args.keep, lambda m: print(m, flush=True), args.bare)
         except BenchError as exc:
             print(f"N={n}: {exc}", flush=True)
             row["error"] = str(exc)
@@ -885,9 +906,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "revision": git_revision(), "ansible": ansible_settings(),
         "host": {"cores": os.cpu_count(), "mem_gib": round(mem_total_gib(), 1)},
-        "sizes": []}
-    print(f"configure scale: N = {', '.join(map(str, sizes))}; ansible {results['ansible']}; "
-          f"results in {results_file}", flush=True)
+        "images": "bare" if args.bare else "prepared", "sizes": []}
+    print(f"configure scale: N = {', '.join(map(str, sizes))}, from the {results['images']} "
+          f"image(s); ansible {results['ansible']}; results in {results_file}", flush=True)
     rc = run_sizes(results, sizes, args, results_file)
     report(results)
     if args.plot and completed(results["sizes"]):

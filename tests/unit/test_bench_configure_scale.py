@@ -48,6 +48,22 @@ def test_stack_config_drops_what_names_the_base_nodes():
     assert config["metalslurm:containers"] == {"mirror": "https://example.invalid/m"}
 
 
+@pytest.mark.parametrize("bare", [False, True])
+def test_the_nodes_start_from_the_prepared_images_unless_bare(tmp_path, bare):
+    cfg = load_stack_file(bench.write_stack(tmp_path, 2, bare=bare), check_artifacts=False)
+    assert cfg.local.prepared_images is (not bare)
+
+
+def test_a_base_stacks_own_prepared_images_setting_is_the_benchs_to_make():
+    base = {"config": {"metalslurm:local": {"preparedImages": False, "elasticMode": "x"}}}
+    assert bench.stack_config(base, Path("/nowhere"), 2)["config"]["metalslurm:local"] == {
+        "elasticMode": "x"}
+    assert bench.stack_config(base, Path("/nowhere"), 2, bare=True)["config"][
+        "metalslurm:local"] == {"elasticMode": "x", "preparedImages": False}
+    base = {"config": {"metalslurm:local": {"preparedImages": True}}}
+    assert "metalslurm:local" not in bench.stack_config(base, Path("/nowhere"), 2)["config"]
+
+
 @pytest.mark.parametrize("n", [0, 151])
 def test_a_size_outside_the_networks_is_refused(n):
     with pytest.raises(ValueError, match="1 to 150"):
@@ -282,7 +298,7 @@ def test_the_sizes_stop_after_one_that_did_not_converge(tmp_path, monkeypatch):
     larger size would measure the same drift, only slower."""
     measured = []
 
-    def measure(row, _out, _keep, _say):
+    def measure(row, _out, _keep, _say, _bare):
         measured.append(row["nodes"])
         row["converged"] = {"changed": 3 if row["nodes"] == 2 else 0}
 
@@ -290,7 +306,7 @@ def test_the_sizes_stop_after_one_that_did_not_converge(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "too_big", lambda *_a: None)
     monkeypatch.setattr(bench, "fits", lambda _sizes: {})
     results = {"sizes": []}
-    args = bench.argparse.Namespace(out=tmp_path, keep=False)
+    args = bench.argparse.Namespace(out=tmp_path, keep=False, bare=False)
     rc = bench.run_sizes(results, [1, 2, 4, 8], args, tmp_path / "results.json")
     assert (rc, measured) == (1, [1, 2])
     assert [row["nodes"] for row in results["sizes"]] == [1, 2]
