@@ -765,8 +765,9 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
                       rotation=90, va="bottom")
     left.set_xlabel("static compute nodes N (+ 1 controller)")
     left.set_ylabel("configure wall time (s)")
-    left.set_title(f"site.yml on N local nodes ({results['ansible']['strategy']}, forks {forks},"
-                   f" {results['host']['cores']} host cores)", fontsize=10)
+    left.set_title(f"site.yml on N local nodes from the {results.get('images', 'bare')} "
+                   f"image(s)\n({results['ansible']['strategy']}, forks {forks}, "
+                   f"{results['host']['cores']} host cores)", fontsize=10)
     left.legend(fontsize=8, loc="upper left")
     for panel, run in zip(panels, ("cold", "converged"), strict=True):
         if len(sizes) >= 2:
