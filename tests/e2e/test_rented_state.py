@@ -44,6 +44,8 @@ DROP_IN = "/etc/systemd/system/nftables.service.d/metalslurm-firewall.conf"
 REPAIR_TIMER = "metalslurm-firewall-repair.timer"
 START_REPAIR_TASK = "Start the timer that puts back openings a ruleset loaded by hand took out"
 REREGISTER = "Have slurmd register again now that slurmctld reaches it"
+# The name of the job that crosses the opened firewall (its sacct record is read by name).
+TRAFFIC_JOB = "rented-state-traffic"
 
 
 def reach(cluster, node: str, address: str, port: int) -> bool:
@@ -137,10 +139,19 @@ def test_a_run_opens_exactly_the_cluster_s_traffic(cluster):
     assert ours(cluster, "gpu-001")[4:] == ["-", "-", "-"]
     # The cluster works: a job across both nodes (srun's ports, slurmd's, the steps'), and
     # accounting from the login node (slurmdbd's port).
-    out = cluster.login("srun -N2 -w gpu-001,gpu-002 --time=1 hostname | sort", user="alice")
+    out = cluster.login(f"srun -N2 -w gpu-001,gpu-002 --time=1 --job-name={TRAFFIC_JOB} "
+                        "hostname | sort", user="alice")
     assert out.stdout.split() == ["gpu-001", "gpu-002"]
-    assert cluster.login("sacct -n -X -u alice -S now-10minutes --format=State | tail -1",
-                         user="alice").stdout.split() == ["COMPLETED"]
+    # The job's end reaches slurmdbd a moment after srun returns (slurmctld's agent queue):
+    # its record is read until it has ended, then exactly.
+
+    def recorded() -> list[str]:
+        return cluster.login(f"sacct -n -X -u alice -S now-10minutes --name={TRAFFIC_JOB} "
+                             "--format=State", user="alice").stdout.split()
+
+    wait_for(f"job {TRAFFIC_JOB}'s end in slurmdbd, read from the login node",
+             lambda: recorded() not in ([], ["RUNNING"], ["COMPLETING"]), timeout=60)
+    assert recorded() == ["COMPLETED"]
     # Exactly: node_exporter on the controller answers the monitoring host (the controller
     # itself), not the login node; the controller's slurmdbd, not a compute node's 6819.
     assert not reach(cluster, "login-001", "10.78.13.10", 9100)
