@@ -37,11 +37,11 @@ about the per-host task time / F plus the per-host fixed cost the control side p
 serially); and the roles and tasks whose seconds grow most with N.
 
     .venv/bin/python -m bench.bench_configure_scale --nodes 2,8,16,32 \\
-        --plot docs/lab/img/configure-scale.png
+        --plot docs/lab/img/configure-scale-prepared.png
     .venv/bin/python -m bench.bench_configure_scale --nodes 2,8 --bare \\
         --out ~/.cache/metalslurm/cfgscale-bare       # the same from the bare node image
     .venv/bin/python -m bench.bench_configure_scale --replot \\
-        --plot docs/lab/img/configure-scale.png   # the summary and plot of saved results
+        --plot docs/lab/img/configure-scale-prepared.png   # the summary and plot of saved results
 
 Results go to ``--out`` (default ``~/.cache/metalslurm/cfgscale``, bench/out_dir.py).
 """
